@@ -1,0 +1,3 @@
+from tokenrouter.cli import main
+
+main()

@@ -1,0 +1,32 @@
+"""The `tokenrouter` command: registers each command group's functions on one typer app."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="tokenrouter",
+    help="Token-level routed LLM serving: throughput model, simulator, server.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register() -> None:
+    from tokenrouter.commands import analytic
+
+    app.command("throughput")(analytic.throughput)
+    app.command("optimize")(analytic.optimize)
+
+
+_register()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

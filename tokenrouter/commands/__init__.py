@@ -1,0 +1,1 @@
+"""One module per command group; heavy imports stay inside the command functions."""

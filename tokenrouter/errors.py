@@ -1,0 +1,49 @@
+"""Turning bad input into one clear line on stderr and exit status 2."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+
+import typer
+
+from trcore.errors import ConfigError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def fail(message: str) -> NoReturn:
+    """Print ``error: message`` on one line and exit with status 2."""
+    print(f"error: {' '.join(message.split())}", file=sys.stderr)
+    raise typer.Exit(2)
+
+
+def describe_validation_error(exc: Any) -> str:
+    """The first pydantic error as ``field.path: message``."""
+    first = exc.errors()[0]
+    loc = ".".join(str(p) for p in first.get("loc", ())) or "input"
+    return f"{loc}: {first.get('msg', 'invalid')}"
+
+
+def cli_errors(fn: F) -> F:
+    """Decorate a command so bad input exits 2 with one line instead of a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ConfigError as exc:
+            fail(str(exc))
+        except json.JSONDecodeError as exc:
+            fail(f"invalid JSON: {exc.msg} at position {exc.pos}")
+        except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+            fail(f"{exc.filename}: {exc.strerror}")
+        except Exception as exc:
+            if type(exc).__name__ == "ValidationError" and hasattr(exc, "errors"):
+                fail(describe_validation_error(exc))
+            raise
+
+    return wrapper  # type: ignore[return-value]

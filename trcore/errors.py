@@ -1,0 +1,22 @@
+"""Error types shared by the core and its drivers."""
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid.
+
+    The message names the field and says what to change; command-line front ends print it as one line
+    and exit with status 2.
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+class InfeasibleError(ConfigError):
+    """Thresholds that can deadlock the closed system (sum of B_i - 1 >= N)."""
+
+
+class NotIrreducibleError(RuntimeError):
+    """The throughput model's Markov chain has more than one closed class, so no unique stationary law."""

@@ -1,0 +1,114 @@
+"""The routing-program interface (route / send / receive) and the registry of programs by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, TypeVar
+
+from trcore.errors import ConfigError
+from trcore.request import PeerReq, Request
+from trcore.step import Routing, StepResult
+
+#: Signals a backend may supply in a ``StepResult``.
+KNOWN_SIGNALS = frozenset({"token_ids", "top_logprobs", "entropy", "hidden"})
+
+
+class RoutingProgram:
+    """A routing algorithm as seen by one model (``model``) of ``num_models``.
+
+    Subclasses implement :meth:`route`; :meth:`send` and :meth:`receive` have defaults that move exactly the
+    tokens the peer has not seen and commit them all. One instance serves one model; per-request state a
+    program needs on several models travels in ``Request.extra`` (copied into ``PeerReq.extra``).
+    """
+
+    #: Registry name; set by :func:`register_program`.
+    name: ClassVar[str] = ""
+    #: Signals :meth:`route` reads from the step result.
+    required_signals: ClassVar[frozenset[str]] = frozenset({"token_ids"})
+
+    def __init__(self, model: int, num_models: int) -> None:
+        if not 0 <= model < num_models:
+            raise ConfigError("model", f"index {model} outside 0..{num_models - 1}")
+        self.model = model
+        self.num_models = num_models
+
+    def route(self, step: StepResult) -> Routing:
+        """For every request of the step: the model that continues it, and whether its token is kept."""
+        raise NotImplementedError
+
+    def send(self, request: Request, destination: int) -> PeerReq:
+        """Build the hand-off to ``destination``: the tokens it has not consumed, plus what it needs."""
+        start = request.anchors[destination]
+        return PeerReq(
+            request_id=request.spec.request_id,
+            start=start,
+            token_ids=tuple(request.token_ids[start:]),
+            anchors=tuple(request.anchors),
+            origin=self.model,
+            spec=request.spec if start == 0 else None,
+            extra=dict(request.extra),
+        )
+
+    def receive(self, request: Request, peer_req: PeerReq) -> None:
+        """Apply a hand-off to this model's record of the request: commit all transferred tokens."""
+        del request.token_ids[peer_req.start :]
+        request.token_ids.extend(peer_req.token_ids)
+        request.anchors[:] = peer_req.anchors
+        request.extra.update(peer_req.extra)
+
+    def release(self, request_id: str) -> None:
+        """The request left this model for good (finished or aborted): drop any per-request state."""
+
+
+ProgramFactory = Callable[..., RoutingProgram]
+P = TypeVar("P", bound=type[RoutingProgram])
+
+
+class ProgramRegistry:
+    """Routing programs by name; lookup errors list the valid names."""
+
+    def __init__(self) -> None:
+        self._programs: dict[str, type[RoutingProgram]] = {}
+
+    def register(self, name: str) -> Callable[[P], P]:
+        def decorate(cls: P) -> P:
+            if name in self._programs:
+                raise ValueError(f"routing program {name!r} registered twice")
+            cls.name = name
+            self._programs[name] = cls
+            return cls
+
+        return decorate
+
+    def get(self, name: str) -> type[RoutingProgram]:
+        try:
+            return self._programs[name]
+        except KeyError:
+            valid = ", ".join(sorted(self._programs)) or "(none)"
+            raise ConfigError("router", f"unknown routing program {name!r}; valid: {valid}") from None
+
+    def names(self) -> list[str]:
+        return sorted(self._programs)
+
+    def create(self, name: str, model: int, num_models: int, **params: Any) -> RoutingProgram:
+        """Instantiate program ``name`` for one model; unknown parameters are a ConfigError."""
+        cls = self.get(name)
+        try:
+            return cls(model, num_models, **params)
+        except TypeError as exc:
+            raise ConfigError(f"router.{name}", f"bad parameters {sorted(params)}: {exc}") from None
+
+
+#: The process-wide registry of built-in programs (read-only after import; plug-ins may add to it).
+PROGRAMS = ProgramRegistry()
+register_program = PROGRAMS.register
+
+
+def check_signals(program: RoutingProgram, available: Iterable[str]) -> None:
+    """Fail clearly when a backend cannot supply what ``program`` needs."""
+    missing = program.required_signals - set(available)
+    if missing:
+        raise ConfigError(
+            "router",
+            f"program {program.name!r} needs signals {sorted(missing)} that this backend does not provide",
+        )

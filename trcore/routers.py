@@ -1,0 +1,132 @@
+"""Analysis routers: a stationary Markov router (matrix P) and a trace-replay router."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+
+from trcore.errors import ConfigError
+from trcore.program import RoutingProgram, register_program
+from trcore.request import PeerReq, Request
+from trcore.step import Routing, StepResult
+
+#: ``Request.extra`` key under which trace replay keeps a request's trace index across models.
+TRACE_KEY = "trace_index"
+
+
+def validate_matrix(name: str, matrix: Sequence[Sequence[float]], size: int, *, stochastic: bool) -> None:
+    """Check a size x size matrix of non-negative entries; rows of a stochastic one sum to 1 (+-1e-9)."""
+    if len(matrix) != size or any(len(row) != size for row in matrix):
+        raise ConfigError(name, f"must be {size} x {size} (one row and column per model)")
+    for i, row in enumerate(matrix):
+        if any(not x >= 0 for x in row):
+            raise ConfigError(name, f"row {i} has a negative or NaN entry: {list(row)}")
+        if stochastic and abs(sum(row) - 1.0) > 1e-9:
+            raise ConfigError(name, f"row {i} sums to {sum(row):.12g}, must sum to 1")
+
+
+@register_program("markov")
+class MarkovRouter(RoutingProgram):
+    """After each step on model i, the request goes to model j with probability ``P[i][j]``, independently
+    of everything else; the token is kept with probability ``min(C[i][j], 1)`` (C as in the throughput
+    model: expected committed tokens of that transition). ``rng`` is a ``random.Random``; pass ``seed``
+    instead to make one."""
+
+    def __init__(
+        self,
+        model: int,
+        num_models: int,
+        P: Sequence[Sequence[float]],
+        C: Sequence[Sequence[float]] | None = None,
+        rng: random.Random | None = None,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(model, num_models)
+        validate_matrix("P", P, num_models, stochastic=True)
+        C = C if C is not None else [[1.0] * num_models for _ in range(num_models)]
+        validate_matrix("C", C, num_models, stochastic=False)
+        self.rng = rng if rng is not None else random.Random(seed)
+        row = P[model]
+        self._targets = [j for j in range(num_models) if row[j] > 0]
+        self._cum = _cumulative([row[j] for j in self._targets])
+        self._keep_prob = [min(float(C[model][j]), 1.0) for j in range(num_models)]
+
+    def route(self, step: StepResult) -> Routing:
+        rand = self.rng.random
+        dests = [self._targets[_pick(self._cum, rand())] for _ in range(len(step))]
+        keep_prob = self._keep_prob
+        if all(keep_prob[d] >= 1.0 for d in dests):
+            return Routing(dests)
+        return Routing(dests, [keep_prob[d] >= 1.0 or rand() < keep_prob[d] for d in dests])
+
+
+def _cumulative(weights: Sequence[float]) -> list[float]:
+    total, out = 0.0, []
+    for w in weights:
+        total += w
+        out.append(total)
+    out[-1] = float("inf")  # guards against rounding: the last target always catches
+    return out
+
+
+def _pick(cum: Sequence[float], u: float) -> int:
+    k = 0
+    while u >= cum[k]:
+        k += 1
+    return k
+
+
+@register_program("trace")
+class TraceReplayRouter(RoutingProgram):
+    """Replays recorded decisions. ``traces[t][m]`` is the list of ``(destination, kept)`` decisions trace
+    ``t`` made on model ``m``, in order. The entry model gives each new request the next trace index
+    (round robin); the index travels with the request, so every model replays the same trace. A request
+    that outlives its trace starts it again from the beginning on that model."""
+
+    def __init__(
+        self,
+        model: int,
+        num_models: int,
+        traces: Sequence[Mapping[int, Sequence[tuple[int, bool]]]],
+    ) -> None:
+        super().__init__(model, num_models)
+        if not traces:
+            raise ConfigError("traces", "needs at least one recorded request")
+        self.traces = traces
+        self._positions: dict[str, int] = {}
+        self._extras: dict[str, dict[str, object]] = {}
+        self._num_assigned = 0
+
+    def route(self, step: StepResult) -> Routing:
+        if len(step.request_ids) != len(step):
+            raise ConfigError("trace", "trace replay needs StepResult.request_ids")
+        dests, keep = [], []
+        for rid in step.request_ids:
+            dest, kept = self._next(rid)
+            dests.append(dest)
+            keep.append(kept)
+        return Routing(dests, keep)
+
+    def assign(self, extra: dict[str, object]) -> int:
+        """Give a request entering here its trace index (kept in ``Request.extra``)."""
+        if TRACE_KEY not in extra:
+            extra[TRACE_KEY] = self._num_assigned % len(self.traces)
+            self._num_assigned += 1
+        return int(extra[TRACE_KEY])  # type: ignore[call-overload]
+
+    def receive(self, request: Request, peer_req: PeerReq) -> None:
+        super().receive(request, peer_req)
+        self._extras[request.spec.request_id] = request.extra
+        self.assign(request.extra)
+
+    def release(self, request_id: str) -> None:
+        self._positions.pop(request_id, None)
+        self._extras.pop(request_id, None)
+
+    def _next(self, request_id: str) -> tuple[int, bool]:
+        index = self.assign(self._extras.setdefault(request_id, {}))
+        decisions = self.traces[index].get(self.model) or [(self.model, True)]
+        pos = self._positions.get(request_id, 0)
+        self._positions[request_id] = pos + 1
+        dest, kept = decisions[pos % len(decisions)]
+        return dest, kept

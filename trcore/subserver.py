@@ -1,0 +1,171 @@
+"""The subserver core: one model's scheduler as a clock-free state machine (receive / launch / complete)."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import NamedTuple
+
+from trcore.policy import BatchingPolicy
+from trcore.program import RoutingProgram
+from trcore.request import CLIENT, PeerReq, Request, RequestStatus
+from trcore.step import Batch, StepResult
+
+HandOff = tuple[int, PeerReq]
+
+
+class RouteEvent(NamedTuple):
+    """One routing decision, as recorded for traces: request, model that stepped, where it went next,
+    whether the sampled token was committed, and when."""
+
+    request_id: str
+    model: int
+    destination: int
+    kept: bool
+    time: float
+
+
+class ProtocolError(RuntimeError):
+    """A driver broke the receive / launch / complete contract (a bug, not bad user input)."""
+
+
+class Subserver:
+    """One model's scheduler. Drivers call :meth:`receive`, :meth:`launch` and :meth:`complete` and pass
+    the time in; the core never reads a clock, sleeps or does I/O.
+
+    ``num_active`` (the number of active requests system-wide, kept by the driver) feeds threshold tables.
+    """
+
+    def __init__(
+        self,
+        program: RoutingProgram,
+        policy: BatchingPolicy,
+        *,
+        record_trace: bool = False,
+    ) -> None:
+        self.program = program
+        self.model = program.model
+        self.policy = policy
+        self.requests: dict[str, Request] = {}
+        self.running: Batch | None = None
+        self.num_active: int | None = None
+        self.trace: list[RouteEvent] | None = [] if record_trace else None
+        self._ready: deque[Request] = deque()
+
+    @property
+    def num_ready(self) -> int:
+        return len(self._ready)
+
+    @property
+    def num_pending(self) -> int:
+        return sum(1 for r in self.requests.values() if r.status == RequestStatus.PENDING)
+
+    def receive(self, peer_req: PeerReq, now: float) -> None:
+        """A request arrives from the client or a peer; a finished one is released."""
+        if peer_req.is_finished:
+            self.abort(peer_req.request_id)
+            return
+        req = self.requests.get(peer_req.request_id)
+        if req is None:
+            if peer_req.spec is None:
+                raise ProtocolError(f"model {self.model}: unknown request {peer_req.request_id} without spec")
+            req = Request(spec=peer_req.spec, token_ids=[], anchors=list(peer_req.anchors))
+            self.requests[peer_req.request_id] = req
+        elif req.status != RequestStatus.PENDING:
+            raise ProtocolError(f"model {self.model}: request {req.request_id} received while {req.status.name}")
+        self.program.receive(req, peer_req)
+        req.status = RequestStatus.WAITING
+        req.ready_since = now
+        self._ready.append(req)
+
+    def launch(self, now: float) -> Batch | None:
+        """The delayed-batching decision: a batch to step now, or None."""
+        if self.running is not None or not self._ready:
+            return None
+        if not self.policy.should_launch(len(self._ready), self._ready[0].ready_since, now, self.num_active):
+            return None
+        size = min(len(self._ready), self.policy.max_batch)
+        reqs = tuple(self._ready.popleft() for _ in range(size))
+        anchor = self.model
+        for r in reqs:
+            r.status = RequestStatus.RUNNING
+        self.running = Batch(
+            model=anchor,
+            requests=reqs,
+            num_new_tokens=tuple(len(r.token_ids) - r.anchors[anchor] for r in reqs),
+            context_lens=tuple(len(r.token_ids) for r in reqs),
+            launch_time=now,
+        )
+        return self.running
+
+    def complete(self, batch: Batch, step: StepResult, now: float) -> list[HandOff]:
+        """Commit a finished step's tokens, route every request, and return the hand-offs to deliver."""
+        if batch is not self.running:
+            raise ProtocolError(f"model {self.model}: completing a batch that is not running")
+        if len(step) != batch.size:
+            raise ProtocolError(f"model {self.model}: {len(step)} outputs for a batch of {batch.size}")
+        self.running = None
+        routing = self.program.route(step)
+        handoffs: list[HandOff] = []
+        for k, req in enumerate(batch.requests):
+            if req.status == RequestStatus.FINISHED:  # aborted while its step ran
+                continue
+            handoffs.extend(self._commit(req, step.token_ids[k], routing.destinations[k], routing.is_kept(k), now))
+        return handoffs
+
+    def _commit(self, req: Request, token: int, dest: int, kept: bool, now: float) -> list[HandOff]:
+        if not 0 <= dest < self.program.num_models:
+            raise ProtocolError(f"model {self.model}: routing program returned destination {dest}")
+        req.anchors[self.model] = len(req.token_ids)
+        if kept:
+            req.token_ids.append(token)
+            if req.first_token_time is None:
+                req.first_token_time = now
+        if self.trace is not None:
+            self.trace.append(RouteEvent(req.spec.request_id, self.model, dest, kept, now))
+        if kept and req.has_reached_stop():
+            return self._finish(req, now)
+        if dest == self.model:
+            req.status = RequestStatus.WAITING
+            req.ready_since = now
+            self._ready.append(req)
+            return []
+        req.status = RequestStatus.PENDING
+        return [(dest, self.program.send(req, dest))]
+
+    def _finish(self, req: Request, now: float) -> list[HandOff]:
+        req.status = RequestStatus.FINISHED
+        req.finish_time = now
+        del self.requests[req.spec.request_id]
+        self.program.release(req.spec.request_id)
+        n_prompt = req.spec.num_prompt_tokens
+        done = PeerReq(
+            request_id=req.spec.request_id,
+            start=n_prompt,
+            token_ids=tuple(req.token_ids[n_prompt:]),
+            anchors=tuple(req.anchors),
+            origin=self.model,
+            is_finished=True,
+        )
+        releases = [
+            (m, PeerReq(req.spec.request_id, 0, (), done.anchors, self.model, is_finished=True))
+            for m, anchor in enumerate(req.anchors)
+            if m != self.model and anchor > 0
+        ]
+        return [(CLIENT, done), *releases]
+
+    def abort(self, request_id: str) -> bool:
+        """Forget a request (client gone or finished elsewhere); True if it was resident here."""
+        req = self.requests.pop(request_id, None)
+        if req is None:
+            return False
+        if req.status == RequestStatus.WAITING:
+            self._ready.remove(req)
+        req.status = RequestStatus.FINISHED
+        self.program.release(request_id)
+        return True
+
+    def next_deadline(self) -> float | None:
+        """When the waiting queue will launch by max wait (drivers wake up then), or None."""
+        if self.running is not None or not self._ready:
+            return None
+        return self.policy.deadline(self._ready[0].ready_since)

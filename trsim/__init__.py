@@ -1,0 +1,1 @@
+"""SimPy driver of the trcore scheduler: latency models, workloads, baselines, metrics, traces."""
