@@ -3,6 +3,8 @@
 Pure Python with no clock, no I/O and no torch/vLLM/SimPy: drivers (trsim, trserve) pass the time in.
 """
 
+# Importing the programs package registers the built-in routing programs (rstitch, r2r, citer, ...).
+from trcore import programs
 from trcore.errors import ConfigError, InfeasibleError, NotIrreducibleError
 from trcore.policy import BatchingPolicy, check_feasible, is_feasible
 from trcore.program import PROGRAMS, RoutingProgram, check_signals, register_program
@@ -35,5 +37,6 @@ __all__ = [
     "check_signals",
     "is_feasible",
     "new_request_message",
+    "programs",
     "register_program",
 ]

@@ -23,8 +23,8 @@ class RoutingProgram:
 
     #: Registry name; set by :func:`register_program`.
     name: ClassVar[str] = ""
-    #: Signals :meth:`route` reads from the step result.
-    required_signals: ClassVar[frozenset[str]] = frozenset({"token_ids"})
+    #: Signals :meth:`route` reads from the step result (an instance may narrow or widen it, e.g. by model).
+    required_signals: frozenset[str] = frozenset({"token_ids"})
 
     def __init__(self, model: int, num_models: int) -> None:
         if not 0 <= model < num_models:
