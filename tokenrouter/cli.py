@@ -19,6 +19,10 @@ def _register() -> None:
     app.command("throughput")(analytic.throughput)
     app.command("optimize")(analytic.optimize)
 
+    from tokenrouter.commands import routers
+
+    app.command("train-routers")(routers.train_routers)
+
 
 _register()
 

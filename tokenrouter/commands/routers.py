@@ -1,0 +1,71 @@
+"""`tokenrouter train-routers`: train the r2r and citer token routers on the local model pair."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import typer
+
+from tokenrouter.errors import cli_errors
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@cli_errors
+def train_routers(
+    small: Path | None = typer.Option(None, help="Small-model checkpoint (default: the prepared pair)."),
+    large: Path | None = typer.Option(None, help="Large-model checkpoint (default: the prepared pair)."),
+    prompts: Path = typer.Option(REPO / "models" / "prompts" / "routing.jsonl", help="JSONL prompts."),
+    out_dir: Path = typer.Option(REPO / "models" / "routers", help="Where weights and metrics go."),
+    max_new_tokens: int = typer.Option(96, min=1, help="Greedy answer length per prompt."),
+    top_k: int = typer.Option(10, min=2, max=20, help="Top-k logprobs the routers read (vLLM must return them)."),
+    threads: int = typer.Option(1, min=1, help="torch CPU threads."),
+    seed: int = typer.Option(0, help="Training seed."),
+    no_cache: bool = typer.Option(False, help="Regenerate the labelled data even if cached."),
+) -> None:
+    """Generate labelled data with the model pair, train both routers, write weights + metrics."""
+    import torch
+
+    from trserve.router_training import FitConfig, run_training
+
+    torch.set_num_threads(threads)
+    small_dir, large_dir = _pair_dirs(small, large)
+    if not prompts.is_file():
+        raise FileNotFoundError(2, "No such file", str(prompts))
+    command = (
+        "tokenrouter train-routers " + shlex.join(sys.argv[2:]) if len(sys.argv) > 2 else "tokenrouter train-routers"
+    )
+    summary = run_training(
+        small_dir,
+        large_dir,
+        prompts,
+        out_dir,
+        None if no_cache else _cache_dir(),
+        max_new_tokens,
+        top_k,
+        command.strip(),
+        FitConfig(seed=seed),
+    )
+    print(json.dumps(summary, indent=2))
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("TOKENROUTER_DATA_DIR") or Path.home() / ".cache" / "tokenrouter"
+    return Path(root) / "router_data"
+
+
+def _pair_dirs(small: Path | None, large: Path | None) -> tuple[Path, Path]:
+    from trcore.errors import ConfigError
+
+    if small is None or large is None:
+        raise ConfigError("small", "pass --small and --large (prepared-pair lookup not wired yet)")
+    for field, path in (("small", small), ("large", large)):
+        if not (path / "config.json").is_file():
+            raise ConfigError(
+                field, f"{path} is not a model checkpoint (no config.json); run `tokenrouter models prepare`"
+            )
+    return small, large
