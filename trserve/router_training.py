@@ -67,14 +67,20 @@ def fit_router(name: str, data: TokenData, embedding: np.ndarray | None, config:
     y = labels_for(name, data, config)
     masks = split_masks(data.prompt_index)
     x = data.features.astype(np.float32)
-    mean, std = x[masks["train"]].mean(0), np.maximum(x[masks["train"]].std(0), 1e-6)
+    mean, spread = x[masks["train"]].mean(0), x[masks["train"]].std(0)
+    constant = spread < 1e-6  # e.g. "sampled is top-1" is always 1 under greedy decoding
+    std = np.where(constant, 1.0, spread)
     emb = embedding[data.token_ids] if use_token and embedding is not None else None
     net = _Net(x.shape[1], emb.shape[1] if emb is not None else 0, config.hidden_sizes)
     inputs = torch.tensor((x - mean) / std), None if emb is None else torch.tensor(emb, dtype=torch.float32)
     _train(net, inputs, torch.tensor(y), masks, config)
     table = None if emb is None or embedding is None else net.token_table(embedding)
+    layers = net.dense_layers()
+    # A feature constant in training got no gradient; zero its weights so that values never seen in training
+    # (sampling instead of greedy decoding) do not move the score through an untrained weight.
+    layers[0][0][: len(constant)][constant] = 0.0
     router = MLPRouter(
-        layers=net.dense_layers(),
+        layers=layers,
         mean=mean.astype(np.float64),
         std=std.astype(np.float64),
         top_k=x.shape[1] - 5,

@@ -48,6 +48,15 @@ def test_confidence_features_row():
     assert len(EXTRA_FEATURES) == 5
 
 
+def test_confidence_features_ignore_a_sampled_token_outside_the_top_k():
+    """vLLM adds the sampled token to the top-k when it is not among them; only the sampled fields change."""
+    top = {7: math.log(0.6), 3: math.log(0.3)}
+    plain = confidence_features(top, sampled=7, top_k=2)
+    extended = confidence_features({**top, 9: math.log(0.01)}, sampled=9, top_k=2)
+    assert extended[:-2] == pytest.approx(plain[:-2])
+    assert extended[-2:] == pytest.approx([math.log(0.01), 0.0])
+
+
 # --- rstitch ------------------------------------------------------------------------------------------------
 
 

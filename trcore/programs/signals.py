@@ -64,12 +64,15 @@ def confidence_features(top: Mapping[int, float], sampled: int, top_k: int) -> l
     Only needs what vLLM returns (top-k logprobs and the sampled token), so serving and training compute
     identical rows.
     """
-    ranked = sorted(top.items(), key=lambda item: -item[1])
-    logprobs = [max(lp, LOG_FLOOR) for _, lp in ranked[:top_k]]
+    ranked = sorted(top.items(), key=lambda item: -item[1])[:top_k]
+    logprobs = [max(lp, LOG_FLOOR) for _, lp in ranked]
     logprobs += [LOG_FLOOR] * (top_k - len(logprobs))
     probs = [math.exp(lp) for lp in logprobs]
-    tail = max(0.0, 1.0 - sum(math.exp(lp) for lp in top.values()))
+    # Entropy and tail from the top_k alone: vLLM adds the sampled token when it is outside the top-k, and
+    # the row must not depend on that.
+    shown = dict(ranked)
+    tail = max(0.0, 1.0 - sum(math.exp(lp) for lp in shown.values()))
     margin = probs[0] - probs[1] if top_k > 1 else probs[0]
     sampled_logprob = max(top.get(sampled, LOG_FLOOR), LOG_FLOOR)
     is_top1 = 1.0 if ranked and ranked[0][0] == sampled else 0.0
-    return [*logprobs, entropy_from_top_logprobs(top), tail, margin, sampled_logprob, is_top1]
+    return [*logprobs, entropy_from_top_logprobs(shown), tail, margin, sampled_logprob, is_top1]
