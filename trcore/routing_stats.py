@@ -13,12 +13,23 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from trcore.errors import ConfigError
 
 #: One routing decision: (model that stepped, destination, kept as 0/1 or bool).
 TraceStep = Sequence[int]
+
+
+class HasSteps(Protocol):
+    """A parsed trace object (such as ``trcore.traces.RequestTrace``): its steps in order."""
+
+    @property
+    def steps(self) -> Sequence[TraceStep]: ...
+
+
+#: What the estimator accepts per request: a step list, a JSON trace record, or a parsed trace.
+TraceLike = Sequence[TraceStep] | Mapping[str, Any] | HasSteps
 
 
 @dataclass(frozen=True)
@@ -123,12 +134,13 @@ class RoutingStats:
 
 
 def estimate_routing_stats(
-    traces: Iterable[Sequence[TraceStep] | Mapping[str, Any]],
+    traces: Iterable[TraceLike],
     num_models: int | None = None,
     *,
     entry_model: int | None = None,
 ) -> RoutingStats:
-    """Estimate P, C and run lengths from traces (step lists, or trace records with a ``steps`` key).
+    """Estimate P, C and run lengths from traces: step lists, JSON trace records (with a ``steps`` key) or
+    parsed traces (objects with a ``steps`` attribute, such as ``trcore.traces.RequestTrace``).
 
     ``num_models`` defaults to one more than the largest model index seen. ``entry_model``: in a closed
     loop a finished request is replaced by a new one at the entry model, so pass it to count each
@@ -157,13 +169,15 @@ def estimate_routing_stats(
     )
 
 
-def _steps_of(trace: Sequence[TraceStep] | Mapping[str, Any]) -> Sequence[TraceStep]:
+def _steps_of(trace: TraceLike) -> Sequence[TraceStep]:
     if isinstance(trace, Mapping):
         if "steps" not in trace:
             raise ConfigError("trace", f"record {trace.get('request_id', '?')!r} has no 'steps' list")
         steps: Sequence[TraceStep] = trace["steps"]
         return steps
-    return trace
+    if isinstance(trace, Sequence):
+        return trace
+    return trace.steps
 
 
 def _infer_num_models(step_lists: Sequence[Sequence[TraceStep]]) -> int:
