@@ -136,7 +136,8 @@ class Profiler:
             note = f"{kind} steps eager: CUDA graph capture failed ({type(exc).__name__}: {str(exc)[:160]})"
             self.graph_notes.append(note)
             _log(f"warning: {note}")
-            self.device.torch.cuda.synchronize()
+            if self.device.torch.cuda.is_available():
+                self.device.torch.cuda.synchronize()
             return runner
 
     def _assemble(self, name: str, path: Path, cfg: Any, shape: dict[str, int], samples: list[dict[str, Any]],

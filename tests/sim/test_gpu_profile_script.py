@@ -111,6 +111,18 @@ def test_a_model_without_time_left_is_skipped_and_nothing_written(shapes_dir, tm
     assert not list(out.rglob("*.json"))
 
 
+def test_failed_graph_capture_falls_back_to_eager_for_that_kind_only():
+    import torch
+
+    script = load_script()
+    profiler = script.Profiler(script.Device(torch, "cpu"), script.parse_args([]))
+    profiler.use_graphs = {"decode": True, "extend": True}  # as on a GPU; capture cannot work on this machine
+    runner = lambda: None  # noqa: E731
+    assert profiler._maybe_graph(runner, "extend") is runner
+    assert profiler.use_graphs == {"decode": True, "extend": False}
+    assert profiler.graph_notes[0].startswith("extend steps eager: CUDA graph capture failed")
+
+
 def synthetic_samples(coefficients):
     a, b, c, d, e = coefficients
     samples = []
