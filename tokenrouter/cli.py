@@ -19,6 +19,11 @@ def _register() -> None:
     app.command("throughput")(analytic.throughput)
     app.command("optimize")(analytic.optimize)
 
+    from tokenrouter.commands import sim
+
+    app.command("simulate")(sim.simulate)
+    app.command("sweep")(sim.sweep)
+
     from tokenrouter.commands import routers
 
     app.command("train-routers")(routers.train_routers)

@@ -40,13 +40,14 @@ class RoutingProgram:
         """Build the hand-off to ``destination``: the tokens it has not consumed, plus what it needs."""
         start = request.anchors[destination]
         return PeerReq(
-            request_id=request.spec.request_id,
-            start=start,
-            token_ids=tuple(request.token_ids[start:]),
-            anchors=tuple(request.anchors),
-            origin=self.model,
-            spec=request.spec if start == 0 else None,
-            extra=dict(request.extra),
+            request.spec.request_id,
+            start,
+            tuple(request.token_ids[start:]),
+            tuple(request.anchors),
+            self.model,
+            request.spec if start == 0 else None,
+            False,
+            dict(request.extra),
         )
 
     def receive(self, request: Request, peer_req: PeerReq) -> None:

@@ -89,7 +89,7 @@ class Request:
         return new
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class PeerReq:
     """A hand-off: what the receiving model needs to continue (or to release) a request.
 
@@ -106,6 +106,30 @@ class PeerReq:
     spec: RequestSpec | None = None
     is_finished: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __init__(
+        self,
+        request_id: str,
+        start: int,
+        token_ids: tuple[int, ...],
+        anchors: tuple[int, ...],
+        origin: int,
+        spec: RequestSpec | None = None,
+        is_finished: bool = False,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        # A frozen dataclass's own __init__ sets each field through object.__setattr__; filling the instance
+        # dict in one call is about twice as fast, and a hand-off is built for every routed token.
+        self.__dict__.update(
+            request_id=request_id,
+            start=start,
+            token_ids=token_ids,
+            anchors=anchors,
+            origin=origin,
+            spec=spec,
+            is_finished=is_finished,
+            extra={} if extra is None else extra,
+        )
 
     @property
     def end(self) -> int:

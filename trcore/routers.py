@@ -53,7 +53,12 @@ class MarkovRouter(RoutingProgram):
 
     def route(self, step: StepResult) -> Routing:
         rand = self.rng.random
-        dests = [self._targets[_pick(self._cum, rand())] for _ in range(len(step))]
+        targets, cum = self._targets, self._cum
+        if len(targets) == 2:  # the common case, without a call per request (same draws as _pick)
+            first, second, cut = targets[0], targets[1], cum[0]
+            dests = [first if rand() < cut else second for _ in range(len(step))]
+        else:
+            dests = [targets[_pick(cum, rand())] for _ in range(len(step))]
         keep_prob = self._keep_prob
         if all(keep_prob[d] >= 1.0 for d in dests):
             return Routing(dests)
@@ -112,7 +117,10 @@ class TraceReplayRouter(RoutingProgram):
         if TRACE_KEY not in extra:
             extra[TRACE_KEY] = self._num_assigned % len(self.traces)
             self._num_assigned += 1
-        return int(extra[TRACE_KEY])  # type: ignore[call-overload]
+        index = extra[TRACE_KEY]
+        if not isinstance(index, int):
+            raise ConfigError("trace", f"request trace index must be an integer, got {index!r}")
+        return index
 
     def receive(self, request: Request, peer_req: PeerReq) -> None:
         super().receive(request, peer_req)

@@ -7,10 +7,23 @@ from typing import NamedTuple
 
 from trcore.policy import BatchingPolicy
 from trcore.program import RoutingProgram
-from trcore.request import CLIENT, PeerReq, Request, RequestStatus
+from trcore.request import CLIENT, PeerReq, Request, RequestSpec, RequestStatus
 from trcore.step import Batch, StepResult
 
 HandOff = tuple[int, PeerReq]
+# Plain module constants: cheaper to read than enum class attributes in the per-request loops.
+_WAITING, _RUNNING, _PENDING, _FINISHED = (
+    RequestStatus.WAITING,
+    RequestStatus.RUNNING,
+    RequestStatus.PENDING,
+    RequestStatus.FINISHED,
+)
+
+
+def _has_reached_stop(spec: RequestSpec, token_ids: list[int]) -> bool:
+    """``Request.has_reached_stop`` without the property calls (hot path)."""
+    num_output = len(token_ids) - spec.num_prompt_tokens
+    return num_output >= spec.max_tokens or (num_output > 0 and token_ids[-1] in spec.stop_token_ids)
 
 
 class RouteEvent(NamedTuple):
@@ -70,31 +83,31 @@ class Subserver:
                 raise ProtocolError(f"model {self.model}: unknown request {peer_req.request_id} without spec")
             req = Request(spec=peer_req.spec, token_ids=[], anchors=list(peer_req.anchors))
             self.requests[peer_req.request_id] = req
-        elif req.status != RequestStatus.PENDING:
+        elif req.status is not _PENDING:
             raise ProtocolError(f"model {self.model}: request {req.request_id} received while {req.status.name}")
         self.program.receive(req, peer_req)
-        req.status = RequestStatus.WAITING
+        req.status = _WAITING
         req.ready_since = now
         self._ready.append(req)
 
     def launch(self, now: float) -> Batch | None:
         """The delayed-batching decision: a batch to step now, or None."""
-        if self.running is not None or not self._ready:
+        ready = self._ready
+        if self.running is not None or not ready:
             return None
-        if not self.policy.should_launch(len(self._ready), self._ready[0].ready_since, now, self.num_active):
+        if not self.policy.should_launch(len(ready), ready[0].ready_since, now, self.num_active):
             return None
-        size = min(len(self._ready), self.policy.max_batch)
-        reqs = tuple(self._ready.popleft() for _ in range(size))
-        anchor = self.model
-        for r in reqs:
-            r.status = RequestStatus.RUNNING
-        self.running = Batch(
-            model=anchor,
-            requests=reqs,
-            num_new_tokens=tuple(len(r.token_ids) - r.anchors[anchor] for r in reqs),
-            context_lens=tuple(len(r.token_ids) for r in reqs),
-            launch_time=now,
-        )
+        size = min(len(ready), self.policy.max_batch)
+        model = self.model
+        reqs, new_tokens, context = [], [], []
+        for _ in range(size):  # one pass: this runs once per request-step, the simulator's hot path
+            r = ready.popleft()
+            r.status = _RUNNING
+            n = len(r.token_ids)
+            reqs.append(r)
+            new_tokens.append(n - r.anchors[model])
+            context.append(n)
+        self.running = Batch(model, tuple(reqs), tuple(new_tokens), tuple(context), now)
         return self.running
 
     def complete(self, batch: Batch, step: StepResult, now: float) -> list[HandOff]:
@@ -105,32 +118,35 @@ class Subserver:
             raise ProtocolError(f"model {self.model}: {len(step)} outputs for a batch of {batch.size}")
         self.running = None
         routing = self.program.route(step)
+        dests, keep, tokens = routing.destinations, routing.keep, step.token_ids
+        model, num_models, trace, ready = self.model, self.program.num_models, self.trace, self._ready
         handoffs: list[HandOff] = []
+        # One pass per request, everything inlined: this loop is the simulator's hot path.
         for k, req in enumerate(batch.requests):
-            if req.status == RequestStatus.FINISHED:  # aborted while its step ran
+            if req.status is _FINISHED:  # aborted while its step ran
                 continue
-            handoffs.extend(self._commit(req, step.token_ids[k], routing.destinations[k], routing.is_kept(k), now))
+            dest = dests[k]
+            if not 0 <= dest < num_models:
+                raise ProtocolError(f"model {model}: routing program returned destination {dest}")
+            ids = req.token_ids
+            req.anchors[model] = len(ids)
+            kept = True if keep is None else bool(keep[k])
+            if kept:
+                ids.append(tokens[k])
+                if req.first_token_time is None:
+                    req.first_token_time = now
+            if trace is not None:
+                trace.append(RouteEvent(req.spec.request_id, model, dest, kept, now))
+            if kept and _has_reached_stop(req.spec, ids):
+                handoffs.extend(self._finish(req, now))
+            elif dest == model:
+                req.status = _WAITING
+                req.ready_since = now
+                ready.append(req)
+            else:
+                req.status = _PENDING
+                handoffs.append((dest, self.program.send(req, dest)))
         return handoffs
-
-    def _commit(self, req: Request, token: int, dest: int, kept: bool, now: float) -> list[HandOff]:
-        if not 0 <= dest < self.program.num_models:
-            raise ProtocolError(f"model {self.model}: routing program returned destination {dest}")
-        req.anchors[self.model] = len(req.token_ids)
-        if kept:
-            req.token_ids.append(token)
-            if req.first_token_time is None:
-                req.first_token_time = now
-        if self.trace is not None:
-            self.trace.append(RouteEvent(req.spec.request_id, self.model, dest, kept, now))
-        if kept and req.has_reached_stop():
-            return self._finish(req, now)
-        if dest == self.model:
-            req.status = RequestStatus.WAITING
-            req.ready_since = now
-            self._ready.append(req)
-            return []
-        req.status = RequestStatus.PENDING
-        return [(dest, self.program.send(req, dest))]
 
     def _finish(self, req: Request, now: float) -> list[HandOff]:
         req.status = RequestStatus.FINISHED

@@ -1,0 +1,233 @@
+"""`tokenrouter simulate` and `tokenrouter sweep`: the discrete-event simulator from the command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from tokenrouter import options as opt
+from tokenrouter.errors import cli_errors
+from trcore.errors import ConfigError
+
+if TYPE_CHECKING:
+    from trsim.config import SimConfig
+
+P_HELP = "Routing matrix P (rows sum to 1), JSON or 'a,b;c,d'."
+C_HELP = "Probability the token of each transition is kept (C), JSON or 'a,b;c,d'."
+
+
+def _flag_config(P: str | None, C: str | None, latency_ms: str | None, workload: str) -> SimConfig:
+    """The system the flags describe: Markov routing with constant latencies (the throughput model's inputs)."""
+    from trcore.routers import validate_matrix
+    from trsim.build import markov_config
+
+    p = opt.parse_matrix(P or opt.DEFAULT_P, "--P")
+    c = opt.parse_matrix(C or opt.DEFAULT_C, "--C")
+    num_models = opt.check_same_size([p, c], ["--P", "--C"])
+    validate_matrix("--P", p, num_models, stochastic=True)
+    validate_matrix("--C", c, num_models, stochastic=False)
+    latency = opt.parse_latencies_ms(latency_ms or opt.DEFAULT_LATENCY_MS, num_models)
+    return markov_config(p, c, latency, workload=workload, concurrency=opt.DEFAULT_CONCURRENCY)
+
+
+def _scenario_config(path: Path) -> tuple[SimConfig, Any]:
+    from trsim.scenario import load_scenario, scenario_config
+
+    scenario = load_scenario(path)
+    return scenario_config(scenario, path.parent), scenario
+
+
+def build_config(
+    scenario: Path | None,
+    P: str | None,
+    C: str | None,
+    latency_ms: str | None,
+    workload: str | None,
+    concurrency: int | None,
+    thresholds: str | None,
+    quantum_ms: float | None,
+    seed: int | None,
+) -> tuple[SimConfig, Any]:
+    """Config from a scenario file or from flags; flags given next to a scenario override it."""
+    from dataclasses import replace
+
+    from trsim.workload import preset
+
+    if scenario is not None:
+        if any(x is not None for x in (P, C, latency_ms)):
+            raise ConfigError("--scenario", "give either a scenario file or --P/--C/--latency-ms, not both")
+        config, spec = _scenario_config(scenario)
+        if workload is not None:
+            config = replace(config, workload=preset(workload, concurrency=config.workload.concurrency))
+    else:
+        config, spec = _flag_config(P, C, latency_ms, workload or "endless"), None
+    if concurrency is not None:
+        opt.check_positive(concurrency, "--concurrency")
+        config = config.with_concurrency(concurrency)
+    if thresholds is not None:
+        config = config.with_thresholds(opt.parse_thresholds(thresholds, config.num_models))
+    if quantum_ms is not None:
+        opt.check_positive(quantum_ms, "--quantum-ms")
+        config = config.with_quantum(quantum_ms / 1000)
+    if seed is not None:
+        config = replace(config, seed=seed)
+    return config, spec
+
+
+@cli_errors
+def simulate(
+    P: str = typer.Option(None, "--P", help=P_HELP + f" [default: {opt.DEFAULT_P}]"),
+    C: str = typer.Option(None, "--C", help=C_HELP + f" [default: {opt.DEFAULT_C}]"),
+    latency_ms: str = typer.Option(
+        None, "--latency-ms", help=f"Per-model step latency, ms [{opt.DEFAULT_LATENCY_MS}]."
+    ),
+    quantum_ms: float = typer.Option(None, "--quantum-ms", help="Round step latencies to this quantum (as the model)."),
+    concurrency: int = typer.Option(None, "--concurrency", "-N", help="Concurrent requests (closed loop) [16]."),
+    thresholds: str = typer.Option(None, "--thresholds", help="Batching threshold per model, e.g. '4,1' [all 1]."),
+    tokens: int = typer.Option(None, "--tokens", help="Run until this many committed tokens [100000]."),
+    seed: int = typer.Option(None, "--seed", help="Random seed [0]."),
+    baseline: str = typer.Option(None, "--baseline", help="tokenrouter, b1, lockstep, per-token or llm-only."),
+    scenario: Path = typer.Option(None, "--scenario", help="Scenario YAML file (see trsim/scenario.py)."),
+    workload: str = typer.Option(None, "--workload", help="Workload preset (endless, short-reasoning, ...)."),
+    warmup_tokens: int = typer.Option(None, "--warmup-tokens", help="Tokens excluded from the throughput [0]."),
+    chrome_trace: Path = typer.Option(None, "--chrome-trace", help="Write every step as Chrome-trace JSON."),
+    trace_out: Path = typer.Option(None, "--trace-out", help="Write per-request routing traces (JSONL)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
+) -> None:
+    """Simulate the system (SimPy driving the shared scheduler core) and report throughput and latency."""
+    from trsim.baselines import apply_baseline
+    from trsim.driver import Simulation
+
+    config, spec = build_config(scenario, P, C, latency_ms, workload, concurrency, thresholds, quantum_ms, seed)
+    if baseline is not None:
+        config = apply_baseline(config, baseline)
+    limit, time_s, warmup = _limits(spec, tokens, warmup_tokens)
+    sim = Simulation(config, record_trace=trace_out is not None, chrome_trace=chrome_trace is not None)
+    result = sim.run(limit, time_s, warmup)
+    _write_outputs(sim, chrome_trace, trace_out)
+    summary = {"baseline": baseline or (spec.baseline if spec else "tokenrouter"), **result.to_dict()}
+    summary["thresholds"] = list(config.thresholds)
+    summary["concurrency"] = config.workload.concurrency
+    if as_json:
+        typer.echo(json.dumps(summary))
+    else:
+        _print_summary(summary, config.names)
+
+
+def _limits(spec: Any, tokens: int | None, warmup_tokens: int | None) -> tuple[int | None, float | None, int]:
+    """Run limits: flags win over the scenario's ``run`` section; 100,000 tokens when neither gives one."""
+    from trsim.scenario import RunSpec
+
+    run = spec.run if spec is not None else RunSpec()
+    warmup = warmup_tokens if warmup_tokens is not None else run.warmup_tokens
+    if tokens is not None:
+        opt.check_positive(tokens, "--tokens")
+        return tokens, None, warmup
+    if run.tokens is None and run.time_s is None:
+        return 100_000, None, warmup
+    return run.tokens, run.time_s, warmup
+
+
+def _write_outputs(sim: Any, chrome_trace: Path | None, trace_out: Path | None) -> None:
+    from trcore.traces import traces_from_events
+    from trsim.chrome import write_chrome_trace
+    from trsim.tracefile import write_traces
+
+    if chrome_trace is not None:
+        write_chrome_trace(chrome_trace, sim.steps, sim.config.names)
+    if trace_out is not None:
+        events = [e for sub in sim.subservers for e in (sub.trace or [])]
+        write_traces(trace_out, traces_from_events(events))
+
+
+def _print_summary(summary: dict[str, Any], names: tuple[str, ...]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    def ms(x: float | None) -> str:
+        return "-" if x is None else f"{x * 1000:.1f}"
+
+    table = Table(title=f"simulate ({summary['baseline']}, N={summary['concurrency']}, B={summary['thresholds']})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("throughput (committed tok/s)", f"{summary['throughput_tok_s']:.1f}")
+    table.add_row("committed tokens", str(summary["committed_tokens"]))
+    table.add_row("simulated s / wall s", f"{summary['simulated_s']:.2f} / {summary['wall_s']:.2f}")
+    table.add_row("finished requests", str(summary["num_finished"]))
+    for key in ("latency", "ttft", "tpot"):
+        table.add_row(f"{key} p50/p90/p99 (ms)", " / ".join(ms(summary[f"{key}_p{q}_s"]) for q in (50, 90, 99)))
+    table.add_row("hand-offs per token", f"{summary['handoffs_per_token']:.3f}")
+    for name, model in zip(names, summary["models"], strict=True):
+        table.add_row(f"{name}: busy / mean batch", f"{model['busy_fraction']:.2f} / {model['mean_batch']:.2f}")
+    Console().print(table)
+
+
+@cli_errors
+def sweep(
+    scenario: list[Path] = typer.Option(None, "--scenario", help="Scenario YAML (repeat for several)."),
+    P: str = typer.Option(None, "--P", help=P_HELP + f" [default: {opt.DEFAULT_P}]"),
+    C: str = typer.Option(None, "--C", help=C_HELP + f" [default: {opt.DEFAULT_C}]"),
+    latency_ms: str = typer.Option(
+        None, "--latency-ms", help=f"Per-model step latency, ms [{opt.DEFAULT_LATENCY_MS}]."
+    ),
+    quantum_ms: float = typer.Option(None, "--quantum-ms", help="Round step latencies to this quantum (as the model)."),
+    workload: str = typer.Option(None, "--workload", help="Workload preset (endless, short-reasoning, ...)."),
+    concurrency: str = typer.Option("16", "--concurrency", "-N", help="Concurrencies, e.g. '1,2,4,8'."),
+    thresholds: str = typer.Option("all", "--thresholds", help="'all' feasible vectors, or e.g. '1,1;2,1;4,1'."),
+    tokens: int = typer.Option(50_000, "--tokens", help="Committed tokens per run."),
+    seed: int = typer.Option(None, "--seed", help="Random seed [0]."),
+    jobs: int = typer.Option(None, "--jobs", "-j", help="Worker processes [CPU count]."),
+    out: Path = typer.Option(Path("out/sweep"), "--out", help="Folder for sweep.json and sweep.png."),
+    with_model: bool = typer.Option(True, "--model/--no-model", help="Add the analytic model (flag systems)."),
+) -> None:
+    """Sweep thresholds x concurrency x scenario in parallel; write JSON and a plot, print B* per point."""
+    import os
+
+    from rich.progress import Progress
+
+    from trsim.plot import plot_sweep
+    from trsim.sweep import best_thresholds, grid, run_sweep
+
+    opt.check_positive(tokens, "--tokens")
+    concurrencies = opt.parse_ints(concurrency, "--concurrency")
+    configs = {}
+    for path in scenario or [None]:
+        config, spec = build_config(path, P, C, latency_ms, workload, None, None, quantum_ms, seed)
+        configs[spec.name if spec is not None else "flags"] = config
+    num_models = next(iter(configs.values())).num_models
+    points = grid(configs, concurrencies, opt.parse_threshold_grid(thresholds, num_models))
+    with Progress(transient=True) as progress:
+        task = progress.add_task(f"{len(points)} runs", total=len(points))
+        rows = run_sweep(
+            configs, points, tokens, jobs=jobs or os.cpu_count() or 1, on_done=lambda _row: progress.advance(task)
+        )
+    if with_model and scenario is None:
+        _add_model(rows, P, C, latency_ms, quantum_ms)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sweep.json").write_text(json.dumps({"points": rows, "tokens_per_run": tokens}, indent=1) + "\n")
+    plot_sweep(rows, out / "sweep.png")
+    for (name, n), best in sorted(best_thresholds(rows).items()):
+        typer.echo(f"{name} N={n}: best thresholds {','.join(map(str, best))}")
+    typer.echo(f"wrote {out / 'sweep.json'} and {out / 'sweep.png'}")
+
+
+def _add_model(
+    rows: list[dict[str, Any]], P: str | None, C: str | None, latency_ms: str | None, quantum_ms: float | None
+) -> None:
+    """Attach the analytic model's T(B) to each row, when trcore.throughput is available."""
+    try:
+        from trsim.check import model_throughput
+    except ImportError:  # pragma: no cover - the model ships with trcore
+        return
+    p = opt.parse_matrix(P or opt.DEFAULT_P, "--P")
+    c = opt.parse_matrix(C or opt.DEFAULT_C, "--C")
+    latency = opt.parse_latencies_ms(latency_ms or opt.DEFAULT_LATENCY_MS, len(p))
+    quantum = quantum_ms / 1000 if quantum_ms else 1e-4
+    for row in rows:
+        try:
+            row["model_tok_s"] = model_throughput(p, c, latency, row["concurrency"], row["thresholds"], quantum)
+        except ImportError:
+            return

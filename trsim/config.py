@@ -1,0 +1,101 @@
+"""A simulation's configuration: per-model latency and batching policy, routing source, workload, engine."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from trcore import BatchingPolicy, ConfigError, InfeasibleError
+from trsim.latency import LatencyModel, QuantizedModel
+from trsim.routing import RouterConfig
+from trsim.signals import SignalConfig
+from trsim.workload import WorkloadConfig
+
+
+@dataclass(frozen=True)
+class PerTokenConfig:
+    """Costs of per-token standard serving (the baseline where every token is a new request):
+
+    * ``client_rtt_s``: the client round trip between a token and its re-submission (a model's requests are
+      back ``client_rtt_s`` after its step; hand-offs take that long too);
+    * ``readmit_s``: engine time to admit one request (scheduling, allocation), per request per step;
+    * ``prefix_match_s_per_block``: engine time to hash and match one cached KV block of the context;
+    * ``block_size``: KV block size; the tokens after the last full cached block are recomputed.
+    """
+
+    client_rtt_s: float = 1e-3
+    readmit_s: float = 1e-4
+    prefix_match_s_per_block: float = 5e-7
+    block_size: int = 16
+
+    def __post_init__(self) -> None:
+        if self.client_rtt_s < 0 or self.readmit_s < 0 or self.prefix_match_s_per_block < 0 or self.block_size < 1:
+            raise ConfigError("per_token", "costs must be >= 0 and block_size >= 1")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything one run needs. ``latency[m]`` and ``policies[m]`` describe model ``m`` (small to large by
+    convention); requests enter at ``entry_model``; hand-offs take ``transfer_delay_s``."""
+
+    latency: tuple[LatencyModel, ...]
+    policies: tuple[BatchingPolicy, ...]
+    router: RouterConfig = field(default_factory=RouterConfig)
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    signals: SignalConfig = field(default_factory=SignalConfig)
+    transfer_delay_s: float = 0.0
+    entry_model: int = 0
+    seed: int = 0
+    per_token: PerTokenConfig | None = None
+    model_names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.latency or len(self.latency) != len(self.policies):
+            raise ConfigError("models", "need one latency model and one batching policy per model (at least one)")
+        if not 0 <= self.entry_model < self.num_models:
+            raise ConfigError("entry_model", f"must be within 0..{self.num_models - 1}")
+        if self.transfer_delay_s < 0:
+            raise ConfigError("transfer_delay_s", f"must be >= 0, got {self.transfer_delay_s}")
+        if self.model_names and len(self.model_names) != self.num_models:
+            raise ConfigError("model_names", "need one name per model")
+
+    @property
+    def num_models(self) -> int:
+        return len(self.latency)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.model_names or tuple(f"model{m}" for m in range(self.num_models))
+
+    @property
+    def thresholds(self) -> tuple[int, ...]:
+        return tuple(p.threshold for p in self.policies)
+
+    def with_thresholds(self, thresholds: Sequence[int]) -> SimConfig:
+        if len(thresholds) != self.num_models:
+            raise ConfigError("thresholds", f"need {self.num_models} values (one per model), got {len(thresholds)}")
+        policies = tuple(replace(p, threshold=int(b)) for p, b in zip(self.policies, thresholds, strict=True))
+        return replace(self, policies=policies)
+
+    def with_concurrency(self, concurrency: int) -> SimConfig:
+        return replace(self, workload=replace(self.workload, concurrency=concurrency))
+
+    def with_quantum(self, quantum_s: float) -> SimConfig:
+        """Round every step latency to whole quanta, as the throughput model does."""
+        return replace(self, latency=tuple(QuantizedModel(m, quantum_s) for m in self.latency))
+
+    def check_feasible(self) -> None:
+        """Closed loop without max wait: thresholds in force at N active requests must satisfy
+        sum(B_i - 1) < N, else requests can deadlock."""
+        wl = self.workload
+        if wl.arrival != "closed" or any(p.max_wait_s is not None for p in self.policies):
+            return
+        n = wl.concurrency
+        effective = [p.threshold_for(n) for p in self.policies]
+        slack = sum(b - 1 for b in effective)
+        if slack >= n:
+            raise InfeasibleError(
+                "thresholds",
+                f"{list(self.thresholds)} at concurrency {n}: sum of (B_i - 1) = {slack} must be < {n}, "
+                "else requests can deadlock (lower a threshold or set max_wait_ms)",
+            )

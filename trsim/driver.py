@@ -1,0 +1,264 @@
+"""The SimPy driver: one process per model subserver, driving the trcore core through receive / launch /
+complete. SimPy replaces the engine and the clock; everything else is the core the real server runs.
+
+Time is integer nanosecond ticks. At an instant where several things happen, every step completion and
+delivery is processed before any model decides to launch (launch decisions are scheduled at a lower
+priority), which is also how the throughput model orders events.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Generator
+from operator import attrgetter
+from typing import Any
+
+import simpy
+from simpy.core import EmptySchedule, StopSimulation
+from simpy.events import NORMAL, Event, Timeout
+
+from trcore import CLIENT, Batch, ConfigError, InfeasibleError, PeerReq, Request, Subserver
+from trsim.baselines import PerTokenLatency
+from trsim.chrome import StepRecord
+from trsim.clock import TICKS_PER_S, to_ticks
+from trsim.config import SimConfig
+from trsim.latency import PrefixCachedModel
+from trsim.metrics import RunStats, SimResult
+from trsim.routing import build_programs
+from trsim.signals import StepSynthesizer
+from trsim.workload import PREFIX_KEY, WorkloadRunner
+
+#: Priority of launch decisions: after every completion and delivery at the same instant.
+LATE = NORMAL + 1
+_token_ids = attrgetter("token_ids")
+
+
+def _late_event(env: simpy.Environment) -> Event:
+    """An event that fires now, after all normal-priority events of this instant."""
+    event = Event(env)
+    event._ok = True
+    event._value = None
+    env.schedule(event, LATE)
+    return event
+
+
+class Simulation:
+    """One simulated run of a configured system. Build, then :meth:`run` once."""
+
+    def __init__(self, config: SimConfig, *, record_trace: bool = False, chrome_trace: bool = False) -> None:
+        config.check_feasible()
+        self.config = config
+        self.env = simpy.Environment()
+        rng = random.Random(config.seed)
+        n = config.num_models
+        programs = build_programs(config.router, n, random.Random(rng.getrandbits(64)))
+        needed = frozenset().union(*(p.required_signals for p in programs))
+        self.synth = StepSynthesizer(needed, config.signals, random.Random(rng.getrandbits(64)))
+        self.subservers = [
+            Subserver(p, policy, record_trace=record_trace) for p, policy in zip(programs, config.policies, strict=True)
+        ]
+        self.latency = list(config.latency)
+        self.cooldown_ticks = 0
+        self.transfer_ticks = to_ticks(config.transfer_delay_s) if config.transfer_delay_s > 0 else 0
+        if config.per_token is not None:
+            pt = config.per_token
+            self.latency = [PerTokenLatency(lat, m, pt) for m, lat in enumerate(self.latency)]
+            self.cooldown_ticks = to_ticks(pt.client_rtt_s) if pt.client_rtt_s > 0 else 0
+            self.transfer_ticks = max(self.transfer_ticks, self.cooldown_ticks)
+        if config.workload.turns > 1 and config.workload.prefix_cache:
+            self.latency = [PrefixCachedModel(lat, m, PREFIX_KEY) for m, lat in enumerate(self.latency)]
+        self.stats = RunStats(n)
+        self.workload = WorkloadRunner(config.workload, self, n, random.Random(rng.getrandbits(64)))
+        self.steps: list[StepRecord] | None = [] if chrome_trace else None
+        self.committed = 0
+        self.num_active = 0
+        self._arrivals: dict[str, float] = {}
+        self._wake: list[Event | None] = [None] * n
+        self._target_tokens: int | None = None
+        self._warmup: tuple[int, int] | None = None  # (tokens, tick) when warm-up ended
+        self._warmup_tokens = 0
+        self._stopped = False
+        for m in range(n):
+            self.env.process(self._model_process(m))
+
+    # -- the driver interface the workload uses -------------------------------------------------------
+    def now_s(self) -> float:
+        return self.env.now / TICKS_PER_S
+
+    def submit(self, message: PeerReq, now: float) -> None:
+        """A client request arrives at the entry model."""
+        self._arrivals[message.request_id] = now
+        self._set_active(self.num_active + 1)
+        entry = self.config.entry_model
+        self.subservers[entry].receive(message, now)
+        self._wake_model(entry)
+
+    # -- running --------------------------------------------------------------------------------------
+    def run(self, tokens: int | None = None, time_s: float | None = None, warmup_tokens: int = 0) -> SimResult:
+        """Run until ``tokens`` committed tokens, ``time_s`` simulated seconds, or the workload is done.
+        Throughput counts only tokens after the first ``warmup_tokens``."""
+        if tokens is None and time_s is None and self.config.workload.num_sessions is None:
+            raise ConfigError("run", "give a token or time limit, or a workload with num_sessions")
+        for name, value in (("tokens", tokens), ("time_s", time_s)):
+            if value is not None and not value > 0:
+                raise ConfigError(name, f"must be > 0, got {value}")
+        if warmup_tokens < 0 or (tokens is not None and warmup_tokens >= tokens):
+            raise ConfigError("warmup_tokens", "must be >= 0 and below the token limit")
+        self._target_tokens, self._warmup_tokens = tokens, warmup_tokens
+        if warmup_tokens == 0:
+            self._warmup = (0, 0)
+        if time_s is not None:
+            self.env.timeout(to_ticks(time_s)).callbacks.append(lambda _e: self._stop())
+        started = time.perf_counter()
+        self.workload.start()
+        try:
+            while True:
+                self.env.step()
+        except StopSimulation:
+            pass
+        except EmptySchedule:
+            self._check_drained()
+        return self._result(time.perf_counter() - started)
+
+    def _stop(self) -> None:
+        if not self._stopped:
+            self._stopped = True
+            event = Event(self.env)
+            event.callbacks.append(StopSimulation.callback)
+            event._ok, event._value = True, None
+            self.env.schedule(event, NORMAL)
+
+    def _check_drained(self) -> None:
+        if self.num_active:
+            waiting = {m: s.num_ready for m, s in enumerate(self.subservers) if s.num_ready}
+            raise InfeasibleError(
+                "thresholds",
+                f"the simulation deadlocked: {self.num_active} active requests, ready per model {waiting}, "
+                f"thresholds {list(self.config.thresholds)} never reached (lower them or set max_wait_ms)",
+            )
+
+    # -- one model ------------------------------------------------------------------------------------
+    def _model_process(self, m: int) -> Generator[Event, Any, None]:
+        env, sub, latency = self.env, self.subservers[m], self.latency[m]
+        while True:
+            batch = sub.launch(env.now / TICKS_PER_S)
+            if batch is None:
+                yield self._idle(m)
+                continue
+            launched = env.now
+            duration = latency(batch)
+            ticks = round(duration * TICKS_PER_S) or 1
+            yield Timeout(env, ticks)
+            self._complete(m, batch, launched, ticks)
+            if self.cooldown_ticks:
+                yield Timeout(env, self.cooldown_ticks)
+            elif env.peek() == env.now:  # more happens at this instant: decide to launch after it
+                yield _late_event(env)
+
+    def _complete(self, m: int, batch: Batch, launched: int, ticks: int) -> None:
+        now = self.env.now / TICKS_PER_S
+        handoffs = self.subservers[m].complete(batch, self.synth(batch), now)
+        requests = batch.requests
+        committed = sum(map(len, map(_token_ids, requests))) - sum(batch.context_lens)
+        stats = self.stats
+        stats.steps[m] += 1
+        stats.request_steps[m] += len(requests)
+        stats.busy_ticks[m] += ticks
+        stats.histograms[m][len(requests)] += 1
+        if self.steps is not None:
+            self.steps.append(StepRecord(m, launched, ticks, len(requests), sum(batch.num_new_tokens), committed))
+        self._count(committed)
+        for dest, message in handoffs:
+            if dest == CLIENT:
+                self._finish(message, now, requests)
+            elif self.transfer_ticks:
+                stats.handoffs += not message.is_finished
+                self._deliver_later(dest, message)
+            elif message.is_finished:  # a release: frees the request's state on a model that holds it
+                self.subservers[dest].receive(message, now)
+            else:
+                stats.handoffs += 1
+                self.subservers[dest].receive(message, now)
+                if self._wake[dest] is not None:
+                    self._wake_model(dest)
+
+    def _count(self, committed: int) -> None:
+        self.committed += committed
+        if self._warmup is None and self.committed >= self._warmup_tokens:
+            self._warmup = (self.committed, self.env.now)
+        if self._target_tokens is not None and self.committed >= self._target_tokens:
+            self._stop()
+
+    def _deliver_later(self, dest: int, message: PeerReq) -> None:
+        Timeout(self.env, self.transfer_ticks).callbacks.append(lambda _e: self._deliver(dest, message))
+
+    def _deliver(self, dest: int, message: PeerReq) -> None:
+        self.subservers[dest].receive(message, self.env.now / TICKS_PER_S)
+        if not message.is_finished:
+            self._wake_model(dest)
+
+    def _finish(self, message: PeerReq, now: float, batch: tuple[Request, ...]) -> None:
+        rid = message.request_id
+        arrival = self._arrivals.pop(rid)
+        self.stats.finished.append((arrival, self._first_token_time(rid, batch, now), now, len(message.token_ids)))
+        self.synth.release(rid)
+        self._set_active(self.num_active - 1)
+        self.workload.on_finish(message, now)
+        if self.workload.is_exhausted and self.num_active == 0:
+            self._stop()
+
+    def _first_token_time(self, rid: str, batch: tuple[Request, ...], now: float) -> float:
+        """The earliest first commit among the request's records (one per model it visited); asked once per
+        request at its end rather than tracked every step."""
+        records = [r for r in batch if r.spec.request_id == rid]
+        records += [sub.requests[rid] for sub in self.subservers if rid in sub.requests]
+        times = [r.first_token_time for r in records if r.first_token_time is not None]
+        return min(times, default=now)
+
+    def _set_active(self, count: int) -> None:
+        lowered = count < self.num_active
+        self.num_active = count
+        for m, sub in enumerate(self.subservers):
+            sub.num_active = count
+            if lowered and sub.num_ready:  # a smaller system may lower the threshold in force
+                self._wake_model(m)
+
+    def _idle(self, m: int) -> Event:
+        event = Event(self.env)
+        self._wake[m] = event
+        deadline = self.subservers[m].next_deadline()
+        if deadline is not None:
+            at = max(math.ceil(deadline * TICKS_PER_S), self.env.now + 1)
+            timer = Timeout(self.env, at - self.env.now)
+            timer.callbacks.append(lambda _e: self._wake_model(m) if self._wake[m] is event else None)
+        return event
+
+    def _wake_model(self, m: int) -> None:
+        event = self._wake[m]
+        if event is not None:
+            self._wake[m] = None
+            event._ok, event._value = True, None
+            self.env.schedule(event, LATE)
+
+    def _result(self, wall_s: float) -> SimResult:
+        end = self.env.now
+        tokens0, tick0 = self._warmup or (self.committed, end)
+        result = self.stats.summarize(
+            committed=self.committed,
+            measured_tokens=self.committed - tokens0,
+            measured_s=(end - tick0) / TICKS_PER_S,
+            simulated_s=end / TICKS_PER_S,
+            wall_s=wall_s,
+            num_unfinished=self.num_active,
+            ticks_per_s=TICKS_PER_S,
+        )
+        return result
+
+
+def simulate(
+    config: SimConfig, tokens: int | None = None, time_s: float | None = None, warmup_tokens: int = 0, **options: bool
+) -> SimResult:
+    """Build and run one simulation (``options``: ``record_trace``, ``chrome_trace``)."""
+    return Simulation(config, **options).run(tokens, time_s, warmup_tokens)

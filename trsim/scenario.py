@@ -1,0 +1,241 @@
+"""Scenario files (YAML, validated by pydantic; errors name the field): a whole simulated system in one file.
+
+Example (every key but ``models`` and ``router.program`` is optional)::
+
+    name: r2r-like
+    seed: 0
+    models:
+      - {name: slm, latency: {model: constant, ms: 6.0}, threshold: 4}
+      - {name: llm, latency: {profile: ../calibration/llm.json}, max_wait_ms: 50}
+    router: {program: markov, P: [[0.65, 0.35], [1, 0]], C: [[1, 0], [1, 0]]}
+    workload: {preset: short-reasoning, concurrency: 16}
+    run: {tokens: 200000}
+    baseline: tokenrouter
+
+Relative paths (profiles, traces, lengths files) are resolved against the scenario file's folder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from trcore import BatchingPolicy, ConfigError
+from trsim.baselines import apply_baseline
+from trsim.build import load_trace_file, with_traces
+from trsim.config import PerTokenConfig, SimConfig
+from trsim.latency import LatencyModel, make_latency_model
+from trsim.lengths import LengthDist, read_length_pairs
+from trsim.profile import latency_from_profile, load_profile
+from trsim.routing import RouterConfig
+from trsim.signals import SignalConfig
+from trsim.workload import PRESETS, WorkloadConfig, preset
+
+Positive = Annotated[float, Field(gt=0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LatencySpec(_Strict):
+    """``{model: constant, ms: 6}``, ``{model: table, batch_sizes: [...], ms: [...]}``,
+    ``{model: linear|quadratic, coefficients: {...}}`` (seconds), or ``{profile: file.json, model: optional}``."""
+
+    model: str | None = None
+    ms: Positive | list[Positive] | None = None
+    batch_sizes: list[Annotated[int, Field(ge=1)]] | None = None
+    coefficients: dict[str, float] | None = None
+    profile: str | None = None
+
+
+class LengthSpec(_Strict):
+    dist: Literal["constant", "uniform", "lognormal", "empirical"] = "constant"
+    value: int = Field(default=1, ge=1)
+    low: int = Field(default=1, ge=1)
+    high: int = Field(default=1, ge=1)
+    median: Positive = 1.0
+    sigma: float = Field(default=0.0, ge=0)
+    values: list[Annotated[int, Field(ge=1)]] = Field(default_factory=list)
+    min: int = Field(default=1, ge=1)
+    max: int | None = Field(default=None, ge=1)
+
+
+Length = Annotated[int, Field(ge=1)] | LengthSpec
+
+
+class ModelSpec(_Strict):
+    name: str | None = None
+    latency: LatencySpec
+    threshold: int = Field(default=1, ge=1)
+    table: dict[int, int] = Field(default_factory=dict)
+    max_wait_ms: float | None = Field(default=None, ge=0)
+    max_batch: int = Field(default=256, ge=1)
+
+
+class RouterSpec(BaseModel):
+    """``program`` names a routing program; other keys are its parameters. ``trace`` takes ``file``."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    program: str = "markov"
+    file: str | None = None
+
+
+class WorkloadSpec(_Strict):
+    preset: str | None = None
+    arrival: Literal["closed", "poisson"] | None = None
+    concurrency: int | None = Field(default=None, ge=1)
+    rate_per_s: Positive | None = None
+    num_sessions: int | None = Field(default=None, ge=1)
+    prompt_tokens: Length | None = None
+    output_tokens: Length | None = None
+    lengths_file: str | None = None
+    turns: int | None = Field(default=None, ge=1)
+    turn_prompt_tokens: Length | None = None
+    think_time_s: float | None = Field(default=None, ge=0)
+    prefix_cache: bool | None = None
+
+
+class RunSpec(_Strict):
+    tokens: int | None = Field(default=None, ge=1)
+    time_s: Positive | None = None
+    warmup_tokens: int = Field(default=0, ge=0)
+
+
+class PerTokenSpec(_Strict):
+    client_rtt_ms: float = Field(default=1.0, ge=0)
+    readmit_ms: float = Field(default=0.1, ge=0)
+    prefix_match_us_per_block: float = Field(default=0.5, ge=0)
+    block_size: int = Field(default=16, ge=1)
+
+
+class SignalSpec(_Strict):
+    log_entropy_mean: float = -1.5
+    phi: float = Field(default=0.9, gt=-1, lt=1)
+    sigma: float = Field(default=0.5, ge=0)
+
+
+class Scenario(_Strict):
+    name: str = "scenario"
+    seed: int = 0
+    models: list[ModelSpec] = Field(min_length=1)
+    router: RouterSpec = Field(default_factory=RouterSpec)
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+    run: RunSpec = Field(default_factory=RunSpec)
+    transfer_delay_ms: float = Field(default=0.0, ge=0)
+    entry_model: int = Field(default=0, ge=0)
+    baseline: str = "tokenrouter"
+    per_token: PerTokenSpec | None = None
+    signals: SignalSpec = Field(default_factory=SignalSpec)
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError("scenario", f"{path}: invalid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise ConfigError("scenario", f"{path}: must be a mapping with at least 'models'")
+    return Scenario.model_validate(data)
+
+
+def scenario_config(scenario: Scenario, base_dir: str | Path = ".") -> SimConfig:
+    """The ``SimConfig`` a scenario describes (baseline applied)."""
+    base = Path(base_dir)
+    n = len(scenario.models)
+    config = SimConfig(
+        latency=tuple(_latency(m.latency, base, f"models[{i}].latency") for i, m in enumerate(scenario.models)),
+        policies=tuple(_policy(m) for m in scenario.models),
+        router=_router(scenario.router),
+        workload=_workload(scenario.workload, base),
+        signals=SignalConfig(**scenario.signals.model_dump()),
+        transfer_delay_s=scenario.transfer_delay_ms / 1000,
+        entry_model=scenario.entry_model,
+        seed=scenario.seed,
+        per_token=_per_token(scenario.per_token),
+        model_names=tuple(m.name or f"model{i}" for i, m in enumerate(scenario.models)),
+    )
+    if scenario.router.program == "trace":
+        if not scenario.router.file:
+            raise ConfigError("router.file", "trace replay needs a trace file (JSONL)")
+        config = with_traces(config, load_trace_file(base / scenario.router.file, n))
+    return apply_baseline(config, scenario.baseline)
+
+
+def _latency(spec: LatencySpec, base: Path, where: str) -> LatencyModel:
+    if spec.profile is not None:
+        return latency_from_profile(load_profile(base / spec.profile), spec.model)
+    name = spec.model or "constant"
+    ms = spec.ms
+    if name == "constant":
+        if not isinstance(ms, float | int):
+            raise ConfigError(f"{where}.ms", "a constant latency needs one number of milliseconds")
+        return make_latency_model(name, {"latency_s": ms / 1000})
+    if name == "table":
+        if not isinstance(ms, list) or spec.batch_sizes is None:
+            raise ConfigError(where, "a table needs batch_sizes and ms lists of equal length")
+        return make_latency_model(name, {"batch_sizes": spec.batch_sizes, "latency_s": [v / 1000 for v in ms]})
+    if spec.coefficients is None:
+        raise ConfigError(f"{where}.coefficients", f"latency model {name!r} needs its coefficients (seconds)")
+    return make_latency_model(name, spec.coefficients)
+
+
+def _policy(spec: ModelSpec) -> BatchingPolicy:
+    max_wait = spec.max_wait_ms / 1000 if spec.max_wait_ms is not None else None
+    return BatchingPolicy(spec.threshold, spec.table, max_wait, spec.max_batch)
+
+
+def _router(spec: RouterSpec) -> RouterConfig:
+    params: dict[str, Any] = dict(spec.model_extra or {})
+    return RouterConfig(spec.program, params)
+
+
+def _length(value: int | LengthSpec | None, where: str) -> LengthDist | None:
+    if value is None:
+        return None
+    if isinstance(value, int):
+        return LengthDist("constant", value=value)
+    fields = {**value.model_dump(exclude={"dist", "min", "max"}), "values": tuple(value.values)}
+    try:
+        return LengthDist(value.dist, **fields, minimum=value.min, maximum=value.max)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}.{exc.field}", exc.problem) from None
+
+
+def _workload(spec: WorkloadSpec, base: Path) -> WorkloadConfig:
+    if spec.preset is not None and spec.preset not in PRESETS:
+        raise ConfigError("workload.preset", f"unknown preset {spec.preset!r}; valid: {', '.join(sorted(PRESETS))}")
+    config = preset(spec.preset) if spec.preset else WorkloadConfig()
+    overrides: dict[str, Any] = {
+        "arrival": spec.arrival,
+        "concurrency": spec.concurrency,
+        "rate_per_s": spec.rate_per_s,
+        "num_sessions": spec.num_sessions,
+        "prompt_tokens": _length(spec.prompt_tokens, "workload.prompt_tokens"),
+        "output_tokens": _length(spec.output_tokens, "workload.output_tokens"),
+        "turns": spec.turns,
+        "turn_prompt_tokens": _length(spec.turn_prompt_tokens, "workload.turn_prompt_tokens"),
+        "think_time_s": spec.think_time_s,
+        "prefix_cache": spec.prefix_cache,
+        "pairs": read_length_pairs(base / spec.lengths_file) if spec.lengths_file else None,
+    }
+    return replace(config, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def _per_token(spec: PerTokenSpec | None) -> PerTokenConfig | None:
+    if spec is None:
+        return None
+    return PerTokenConfig(
+        client_rtt_s=spec.client_rtt_ms / 1000,
+        readmit_s=spec.readmit_ms / 1000,
+        prefix_match_s_per_block=spec.prefix_match_us_per_block / 1e6,
+        block_size=spec.block_size,
+    )

@@ -1,0 +1,104 @@
+"""Threshold sweeps: a grid of (scenario, concurrency, thresholds) runs, in parallel worker processes."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from trcore import ConfigError
+from trsim.config import SimConfig
+from trsim.driver import simulate
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One run of the grid."""
+
+    scenario: str
+    concurrency: int
+    thresholds: tuple[int, ...]
+
+
+def feasible_thresholds(num_models: int, concurrency: int) -> list[tuple[int, ...]]:
+    """Every threshold vector with 1 <= B_i <= N and sum(B_i - 1) < N, in lexicographic order."""
+    if num_models < 1 or concurrency < 1:
+        raise ConfigError("concurrency", f"must be >= 1, got {concurrency}")
+    ranges = [range(1, concurrency + 1)] * num_models
+    return [b for b in itertools.product(*ranges) if sum(x - 1 for x in b) < concurrency]
+
+
+def grid(
+    configs: Mapping[str, SimConfig], concurrencies: Sequence[int], thresholds: Sequence[tuple[int, ...]] | None
+) -> list[SweepPoint]:
+    """The points of a sweep; ``thresholds=None`` takes every feasible vector at each concurrency.
+    Explicit vectors infeasible at some concurrency are skipped there."""
+    points = []
+    for name, config in configs.items():
+        for n in concurrencies:
+            vectors = feasible_thresholds(config.num_models, n) if thresholds is None else thresholds
+            for b in vectors:
+                if len(b) != config.num_models:
+                    raise ConfigError(
+                        "thresholds", f"{b} has {len(b)} values; scenario {name!r} has {config.num_models} models"
+                    )
+                if sum(x - 1 for x in b) < n:
+                    points.append(SweepPoint(name, n, tuple(b)))
+    if not points:
+        raise ConfigError("thresholds", "no feasible threshold vector at the given concurrencies")
+    return points
+
+
+def run_point(config: SimConfig, point: SweepPoint, tokens: int, warmup_tokens: int = 0) -> dict[str, Any]:
+    """Simulate one point; returns a flat JSON-ready row."""
+    cfg = config.with_concurrency(point.concurrency).with_thresholds(point.thresholds)
+    result = simulate(cfg, tokens=tokens, warmup_tokens=warmup_tokens)
+    row = asdict(point)
+    row["thresholds"] = list(point.thresholds)
+    row.update({k: v for k, v in result.to_dict().items() if k not in ("models", "extra")})
+    row["busy_fraction"] = [m.busy_fraction for m in result.models]
+    row["mean_batch"] = [m.mean_batch for m in result.models]
+    return row
+
+
+def _run_packed(args: tuple[SimConfig, SweepPoint, int, int]) -> dict[str, Any]:
+    return run_point(*args)
+
+
+def run_sweep(
+    configs: Mapping[str, SimConfig],
+    points: Iterable[SweepPoint],
+    tokens: int,
+    *,
+    jobs: int = 1,
+    warmup_tokens: int = 0,
+    on_done: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run every point (``jobs`` worker processes; 1 runs in this process) and return rows in point order."""
+    tasks = [(configs[p.scenario], p, tokens, warmup_tokens) for p in points]
+    rows: list[dict[str, Any] | None] = [None] * len(tasks)
+    if jobs <= 1:
+        for k, task in enumerate(tasks):
+            rows[k] = _run_packed(task)
+            if on_done:
+                on_done(rows[k])  # type: ignore[arg-type]
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(_run_packed, task): k for k, task in enumerate(tasks)}
+            for future in as_completed(futures):
+                rows[futures[future]] = row = future.result()
+                if on_done:
+                    on_done(row)
+    return [r for r in rows if r is not None]
+
+
+def best_thresholds(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, int], tuple[int, ...]]:
+    """Per (scenario, concurrency): the thresholds with the highest simulated throughput (B*)."""
+    best: dict[tuple[str, int], Mapping[str, Any]] = {}
+    for row in rows:
+        key = (row["scenario"], row["concurrency"])
+        if key not in best or row["throughput_tok_s"] > best[key]["throughput_tok_s"]:
+            best[key] = row
+    return {key: tuple(row["thresholds"]) for key, row in best.items()}

@@ -1,0 +1,187 @@
+"""Workloads: closed loop with N concurrent sessions or open loop with Poisson arrivals; multi-turn sessions;
+presets named after the paper's workloads."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol
+
+import simpy
+
+from trcore import ConfigError, PeerReq, RequestSpec, new_request_message
+from trcore.routers import TRACE_KEY
+from trsim.clock import to_ticks
+from trsim.lengths import LengthDist, LengthPairs, constant, lognormal
+
+#: Output length standing for "never finishes": makes the closed loop the throughput model's chain.
+ENDLESS = 10**15
+#: ``Request.extra`` key of a follow-up turn: per model, how many leading tokens it still holds from the
+#: previous turns (prefix cache); the latency model does not charge their prefill.
+PREFIX_KEY = "prefix_cached"
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """Where requests come from and how long they are.
+
+    * ``arrival``: ``closed`` keeps ``concurrency`` sessions in flight (a finished one is replaced at once);
+      ``poisson`` starts sessions at ``rate_per_s``;
+    * ``num_sessions``: stop starting sessions after this many (None: no limit; the run ends by tokens or time);
+    * lengths from ``prompt_tokens`` / ``output_tokens``, or cycled from ``pairs`` (a lengths file, a trace);
+    * ``turns``: requests per session; a follow-up turn's prompt is the previous context plus
+      ``turn_prompt_tokens`` new tokens and starts ``think_time_s`` after the previous turn ends; with
+      ``prefix_cache`` each model's prefix cache still holds what it had consumed of the previous turns, so
+      that part is not prefilled again (see ``trsim.latency.PrefixCachedModel``);
+    * ``tag_traces``: session k replays trace ``k mod len(pairs)`` (trace-replay routing).
+    """
+
+    arrival: Literal["closed", "poisson"] = "closed"
+    concurrency: int = 16
+    rate_per_s: float = 1.0
+    num_sessions: int | None = None
+    prompt_tokens: LengthDist = field(default_factory=lambda: constant(100))
+    output_tokens: LengthDist = field(default_factory=lambda: constant(ENDLESS))
+    pairs: LengthPairs | None = None
+    turns: int = 1
+    turn_prompt_tokens: LengthDist = field(default_factory=lambda: constant(200))
+    think_time_s: float = 0.0
+    prefix_cache: bool = True
+    tag_traces: bool = False
+
+    def __post_init__(self) -> None:
+        positive = {"concurrency": self.concurrency, "rate_per_s": self.rate_per_s, "turns": self.turns}
+        for name, value in positive.items():
+            if not value > 0:
+                raise ConfigError(f"workload.{name}", f"must be > 0, got {value}")
+        if self.num_sessions is not None and self.num_sessions < 1:
+            raise ConfigError("workload.num_sessions", f"must be >= 1, got {self.num_sessions}")
+        if self.think_time_s < 0:
+            raise ConfigError("workload.think_time_s", f"must be >= 0, got {self.think_time_s}")
+        if self.tag_traces and self.pairs is None:
+            raise ConfigError("workload.tag_traces", "needs length pairs taken from the traces")
+
+
+PRESETS: dict[str, WorkloadConfig] = {
+    # Short reasoning: ~100-token prompts, reasoning outputs up to 2,048 tokens.
+    "short-reasoning": WorkloadConfig(
+        prompt_tokens=lognormal(100, 0.4, maximum=1024, minimum=8),
+        output_tokens=lognormal(1200, 0.6, maximum=2048, minimum=16),
+    ),
+    # Long reasoning: same prompts, outputs up to 8,192 tokens.
+    "long-reasoning": WorkloadConfig(
+        prompt_tokens=lognormal(100, 0.4, maximum=1024, minimum=8),
+        output_tokens=lognormal(5000, 0.6, maximum=8192, minimum=64),
+    ),
+    # Agentic: ~8,192-token context, short outputs up to 1,024, four turns with tool output in between.
+    "agentic": WorkloadConfig(
+        prompt_tokens=lognormal(8192, 0.25, maximum=16384, minimum=1024),
+        output_tokens=lognormal(400, 0.7, maximum=1024, minimum=8),
+        turns=4,
+        turn_prompt_tokens=lognormal(600, 0.8, maximum=4096, minimum=16),
+    ),
+    # Requests that never finish: the closed loop is then exactly the throughput model's chain.
+    "endless": WorkloadConfig(prompt_tokens=constant(16), output_tokens=constant(ENDLESS)),
+}
+
+
+def preset(name: str, **overrides: Any) -> WorkloadConfig:
+    """A named preset, with fields replaced by ``overrides``; unknown names list the valid ones."""
+    if name not in PRESETS:
+        raise ConfigError("workload.preset", f"unknown preset {name!r}; valid: {', '.join(sorted(PRESETS))}")
+    return replace(PRESETS[name], **overrides)
+
+
+class Submitter(Protocol):
+    """What the workload needs from the driver."""
+
+    env: simpy.Environment
+
+    def submit(self, message: PeerReq, now: float) -> None: ...
+
+    def now_s(self) -> float: ...
+
+
+@dataclass
+class _Session:
+    index: int
+    turn: int
+    context_tokens: int
+    anchors: tuple[int, ...]
+
+
+class WorkloadRunner:
+    """Starts sessions and their turns on a driver (``Submitter``), and reacts to finished requests."""
+
+    def __init__(self, config: WorkloadConfig, driver: Submitter, num_models: int, rng: random.Random) -> None:
+        self.config = config
+        self.driver = driver
+        self.num_models = num_models
+        self.rng = rng
+        self.num_started = 0
+        self._sessions: dict[str, _Session] = {}
+
+    @property
+    def is_exhausted(self) -> bool:
+        """True when no more sessions will start."""
+        limit = self.config.num_sessions
+        return limit is not None and self.num_started >= limit
+
+    def start(self) -> None:
+        if self.config.arrival == "closed":
+            for _ in range(self.config.concurrency):
+                self._start_session()
+        else:
+            self.driver.env.process(self._poisson_arrivals())
+
+    def on_finish(self, message: PeerReq, now: float) -> None:
+        """A request finished: start the session's next turn, or (closed loop) a new session."""
+        session = self._sessions.pop(message.request_id)
+        if session.turn + 1 < self.config.turns:
+            session.turn += 1
+            session.context_tokens = message.start + len(message.token_ids)
+            session.anchors = message.anchors
+            self._after(self.config.think_time_s, lambda: self._submit_turn(session))
+        elif self.config.arrival == "closed":
+            self._start_session()
+
+    def _poisson_arrivals(self) -> Generator[simpy.Event, Any, None]:
+        while not self.is_exhausted:
+            self._start_session()
+            yield self.driver.env.timeout(to_ticks(self.rng.expovariate(self.config.rate_per_s)))
+
+    def _start_session(self) -> None:
+        if self.is_exhausted:
+            return
+        session = _Session(self.num_started, 0, 0, (0,) * self.num_models)
+        self.num_started += 1
+        self._submit_turn(session)
+
+    def _submit_turn(self, session: _Session) -> None:
+        cfg = self.config
+        if cfg.pairs is not None:
+            num_prompt, num_output = cfg.pairs.pair(session.index)
+        else:
+            num_prompt, num_output = cfg.prompt_tokens.sample(self.rng), cfg.output_tokens.sample(self.rng)
+        if session.turn > 0:
+            num_prompt = session.context_tokens + cfg.turn_prompt_tokens.sample(self.rng)
+        rid = f"s{session.index}" if cfg.turns == 1 else f"s{session.index}.t{session.turn}"
+        spec = RequestSpec(rid, num_prompt, num_output, arrival_time=self.driver.now_s())
+        message = new_request_message(spec, [1] * num_prompt, self.num_models)
+        extra: dict[str, Any] = {}
+        if session.turn > 0 and cfg.prefix_cache:
+            extra[PREFIX_KEY] = session.anchors
+        if cfg.tag_traces and cfg.pairs is not None:
+            extra[TRACE_KEY] = session.index % len(cfg.pairs.pairs)
+        if extra:
+            message = replace(message, extra=extra)
+        self._sessions[rid] = session
+        self.driver.submit(message, spec.arrival_time)
+
+    def _after(self, delay_s: float, action: Callable[[], None]) -> None:
+        if delay_s <= 0:
+            action()
+            return
+        timeout = self.driver.env.timeout(to_ticks(delay_s))
+        timeout.callbacks.append(lambda _event: action())
