@@ -126,6 +126,12 @@ class StepEngine:
         if res is not None:
             self.mode.release(self._link, res)
 
+    @property
+    def kv_capacity_tokens(self) -> int:
+        """How many tokens of context the KV cache holds in all (for admission control and tests)."""
+        cache = self._link.core.vllm_config.cache_config
+        return int(cache.kv_cache_size_tokens or cache.num_gpu_blocks * cache.block_size)
+
     def kv_usage(self) -> float:
         """Fraction of KV cache blocks in use (blocks only held by the prefix cache count as free)."""
         return self._link.kv_usage()

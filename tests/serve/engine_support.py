@@ -62,3 +62,12 @@ def sample_prompts() -> list[list[int]]:
     """Token ids of a few real prompts (real text gives real, non-degenerate continuations)."""
     tokenizer = _tokenizer(model_dirs()[0])
     return [list(tokenizer(text)["input_ids"]) for text in PROMPT_TEXTS]
+
+
+def greedy_next(model, token_ids: list[int]):
+    """Reference: the model's greedy token after ``token_ids`` (whole-sequence forward) and its logprobs."""
+    import torch
+
+    with torch.no_grad():
+        logits = model(torch.tensor([token_ids])).logits[0, -1].float()
+    return int(logits.argmax()), torch.log_softmax(logits, dim=-1)

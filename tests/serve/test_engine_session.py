@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.factories import ScriptedProgram, make_subserver
-from tests.serve.engine_support import hf_model, model_dirs, sample_prompts, start_engine
+from tests.serve.engine_support import greedy_next, hf_model, model_dirs, sample_prompts, start_engine
 from trcore import CLIENT, RequestSpec, StepResult, new_request_message
 from trserve.engine import StepItem
 
@@ -33,13 +33,6 @@ def pair(request: pytest.FixtureRequest):
 def references():
     large_dir, small_dir = model_dirs()
     return [hf_model(large_dir), hf_model(small_dir)]
-
-
-def greedy_next(model, token_ids: list[int]) -> tuple[int, torch.Tensor]:
-    """Reference: the model's greedy token after ``token_ids`` (whole-sequence forward) and its logprobs."""
-    with torch.no_grad():
-        logits = model(torch.tensor([token_ids])).logits[0, -1].float()
-    return int(logits.argmax()), torch.log_softmax(logits, dim=-1)
 
 
 def test_stepping_one_token_at_a_time_is_greedy_decoding(pair, references):
