@@ -2,13 +2,13 @@
 
 import math
 import random
-from collections import defaultdict
 
 import pytest
 
 from trcore import CLIENT, BatchingPolicy, ConfigError, MarkovRouter, RequestSpec, Subserver, new_request_message
 from trcore.routing_stats import estimate_routing_stats
 from trcore.step import StepResult
+from trcore.traces import trace_from_dict, trace_to_dict, traces_from_events
 
 P3 = [[0.85, 0.10, 0.05], [0.50, 0.40, 0.10], [0.30, 0.20, 0.50]]
 C3 = [[1.0, 0.6, 1.0], [1.0, 1.0, 0.8], [0.9, 1.0, 1.0]]
@@ -17,7 +17,7 @@ C3 = [[1.0, 0.6, 1.0], [1.0, 1.0, 0.8], [0.9, 1.0, 1.0]]
 def run_closed_loop(P, C, num_requests, max_tokens, concurrency=8, seed=0):
     """Drive one Subserver per model with MarkovRouters in lockstep rounds (launch all, complete all, then
     deliver), replacing each finished request by a new one at model 0, until ``num_requests`` finished.
-    Returns the traces as {request_id: [[model, destination, kept], ...]}."""
+    Returns the recorded traces as JSON records (``trcore.traces`` format)."""
     num_models = len(P)
     rng = random.Random(seed)
     subs = [
@@ -49,14 +49,7 @@ def run_closed_loop(P, C, num_requests, max_tokens, concurrency=8, seed=0):
                 admit(now)
             else:
                 subs[dest].receive(msg, now)
-    return group_events(e for sub in subs for e in sub.trace)
-
-
-def group_events(events):
-    by_request = defaultdict(list)
-    for e in sorted(events, key=lambda e: e.time):  # one step per request per round, so time orders them
-        by_request[e.request_id].append([e.model, e.destination, int(e.kept)])
-    return by_request
+    return [trace_to_dict(t) for t in traces_from_events(e for sub in subs for e in sub.trace)]
 
 
 def sample_chains(P, C, num_requests, num_steps, seed=0):
@@ -86,15 +79,15 @@ def assert_close_to_truth(stats, P, C, sigmas=4.5):
 
 
 def test_estimates_from_subserver_loop_match_markov_router():
-    traces = run_closed_loop(P3, C3, num_requests=120, max_tokens=60)
-    stats = estimate_routing_stats(traces.values(), num_models=3)
-    assert stats.num_requests >= 120
+    records = run_closed_loop(P3, C3, num_requests=120, max_tokens=60)
+    stats = estimate_routing_stats(records, num_models=3)
+    assert stats.num_requests == len(records) >= 120
     assert_close_to_truth(stats, P3, C3)
     for i in range(3):
         assert sum(stats.P[i]) == pytest.approx(1.0)
-        assert sum(stats.transition_counts[i][j] for j in range(3)) == sum(
-            len([s for s in steps if s[0] == i]) for steps in traces.values()
-        )
+        assert sum(stats.transition_counts[i]) == sum(s[0] == i for r in records for s in r["steps"])
+    parsed = [trace_from_dict(r, 3) for r in records]  # consistent traces: each step where the last one sent it
+    assert estimate_routing_stats(parsed, num_models=3) == stats
 
 
 def test_estimates_from_sampled_chains_match_p_and_c():
