@@ -39,6 +39,10 @@ class BatchingPolicy:
                 raise ConfigError("table", f"entry {active}: {b} must have both >= 1")
         object.__setattr__(self, "table", MappingProxyType(dict(sorted(self.table.items()))))
 
+    def __reduce__(self) -> tuple[type[BatchingPolicy], tuple[int, dict[int, int], float | None, int]]:
+        # MappingProxyType cannot be pickled; rebuild from a plain dict (policies cross process boundaries).
+        return (BatchingPolicy, (self.threshold, dict(self.table), self.max_wait_s, self.max_batch))
+
     def threshold_for(self, num_active: int | None) -> int:
         """The threshold in force when ``num_active`` requests are active (None: unknown)."""
         b = self.threshold

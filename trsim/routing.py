@@ -59,9 +59,12 @@ class _MatrixRouter(RoutingProgram):
 
 @register_program("bursty")
 class BurstyRouter(_MatrixRouter):
-    """Markov routing with matrix ``P``, except that for ``window`` steps after a request comes back to this
-    model from model j, it returns to j with probability ``burst_p`` per step (if that exceeds ``P``'s):
-    runs on the LLM cluster in time. ``C`` as in ``MarkovRouter`` (probability that the token is kept)."""
+    """Markov routing with matrix ``P``, plus bursts: when a request comes back to this model from a visit to
+    model j that began in calm time, a window of ``window`` steps opens during which it goes back to j with
+    probability ``burst_p`` per step (other destinations scaled down). Visits made inside a window do not
+    extend it. So LLM visits cluster, and run lengths on this model mix two geometric laws instead of one.
+    ``C`` as in ``MarkovRouter`` (probability that the token is kept). Per-request state travels in
+    ``Request.extra`` (key ``burst<model>``: origin, steps left in the window, left during a burst)."""
 
     def __init__(
         self,
@@ -80,27 +83,31 @@ class BurstyRouter(_MatrixRouter):
             raise ConfigError("router.bursty", f"needs 0 <= burst_p <= 1 and window >= 0, got {burst_p}, {window}")
         self.row = [float(p) for p in P[model]]
         self.burst_p, self.window = burst_p, window
+        self.key = f"burst{model}"
+        self._burst_rows = [self._burst_row(j) for j in range(num_models)]
+
+    def _burst_row(self, origin: int) -> list[float]:
+        if origin == self.model or self.burst_p <= self.row[origin]:
+            return self.row
+        scale = (1.0 - self.burst_p) / max(1.0 - self.row[origin], 1e-12)
+        return [self.burst_p if j == origin else p * scale for j, p in enumerate(self.row)]
 
     def receive(self, request: Request, peer_req: PeerReq) -> None:
         super().receive(request, peer_req)
         if 0 <= peer_req.origin != self.model:
-            request.extra["burst"] = (peer_req.origin, self.window)
+            _, left, left_in_burst = request.extra.get(self.key, (peer_req.origin, 0, False))
+            request.extra[self.key] = (peer_req.origin, left if left_in_burst else self.window, False)
 
     def route(self, step: StepResult) -> Routing:
         dests, keep = [], []
         for rid in step.request_ids:
-            dest, kept = self._draw(self._row_for(self._state(rid)))
+            state = self._state(rid)
+            origin, left, _ = state.get(self.key, (self.model, 0, False))
+            dest, kept = self._draw(self._burst_rows[origin] if left > 0 else self.row)
+            state[self.key] = (origin, max(left - 1, 0), left > 0 and dest != self.model)
             dests.append(dest)
             keep.append(kept)
         return Routing(dests, keep)
-
-    def _row_for(self, state: dict[str, Any]) -> list[float]:
-        origin, left = state.get("burst", (self.model, 0))
-        if left <= 0 or self.burst_p <= self.row[origin]:
-            return self.row
-        state["burst"] = (origin, left - 1)
-        scale = (1.0 - self.burst_p) / max(1.0 - self.row[origin], 1e-12)
-        return [self.burst_p if j == origin else p * scale for j, p in enumerate(self.row)]
 
 
 @register_program("regime")

@@ -17,32 +17,43 @@ def run_traces(config, tokens):
     return traces_from_events(e for s in sim.subservers for e in s.trace)
 
 
-def switch_rate_after_return(traces, window):
-    """Share of SLM steps sending the request to the LLM, within ``window`` steps of coming back vs later."""
-    near, far = [0, 0], [0, 0]
+def switch_rates(traces, window):
+    """Share of SLM steps that go to the LLM: inside the window after a calm-time LLM visit, and outside."""
+    inside, outside = [0, 0], [0, 0]
     for trace in traces:
-        since = None
+        left, burst_visit = 0, False
         for step in trace.steps:
             if step.model == 1:
-                since = 0
                 continue
-            bucket = near if since is not None and since < window else far
+            bucket = inside if left > 0 else outside
             bucket[0] += step.destination == 1
             bucket[1] += 1
-            since = None if since is None else since + 1
-    return near[0] / near[1], far[0] / far[1]
+            leaving = step.destination == 1
+            in_burst = left > 0
+            left = max(left - 1, 0)
+            if leaving:
+                burst_visit = in_burst
+                left = left if burst_visit else window  # the window opens when the request is back
+    return inside[0] / inside[1], outside[0] / outside[1]
 
 
 def test_bursty_router_clusters_llm_visits(r2r):
-    params = {"P": [[0.8, 0.2], [1.0, 0.0]], "C": [[1.0, 0.0], [1.0, 0.0]], "burst_p": 0.6, "window": 4}
+    params = {"P": [[0.9, 0.1], [1.0, 0.0]], "C": [[1.0, 0.0], [1.0, 0.0]], "burst_p": 0.5, "window": 6}
     config = replace(r2r(), router=RouterConfig("bursty", params))
-    near, far = switch_rate_after_return(run_traces(config, 20_000), window=4)
-    assert near == pytest.approx(0.6, abs=0.03) and far == pytest.approx(0.2, abs=0.03)
+    traces = run_traces(config, 20_000)
+    inside, outside = switch_rates(traces, window=6)
+    assert inside == pytest.approx(0.5, abs=0.03) and outside == pytest.approx(0.1, abs=0.02)
+    stats = estimate_routing_stats(traces, 2)
+    # not geometric: far more one-step SLM runs than a memoryless router with the same P would give
+    assert stats.run_lengths[0].fraction(1) > 1.5 * stats.P[0][1]
 
 
 def test_markov_router_has_no_such_memory(r2r):
-    near, far = switch_rate_after_return(run_traces(r2r(), 20_000), window=4)
-    assert near == pytest.approx(far, abs=0.03)
+    traces = run_traces(r2r(), 15_000)
+    inside, outside = switch_rates(traces, window=4)
+    assert inside == pytest.approx(outside, abs=0.03)
+    stats = estimate_routing_stats(traces, 2)
+    assert stats.run_lengths[0].fraction(1) == pytest.approx(stats.P[0][1], abs=0.02)
 
 
 def test_regime_state_travels_with_the_request(r2r):

@@ -1,0 +1,135 @@
+"""`tokenrouter simulate` and `tokenrouter sweep`: JSON output, files written, bad input exits 2 with one line."""
+
+import json
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from tokenrouter.commands import sim
+
+app = typer.Typer()  # TEMP until analytic exists
+app.command("simulate")(sim.simulate)
+app.command("sweep")(sim.sweep)
+
+runner = CliRunner()
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def test_simulate_json_has_the_headline_fields():
+    result = run("simulate", "--tokens", "3000", "--concurrency", "4", "--thresholds", "1,2", "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    for key in ("throughput_tok_s", "committed_tokens", "simulated_s", "latency_p50_s", "latency_p99_s"):
+        assert key in out
+    assert out["committed_tokens"] >= 3000 and out["thresholds"] == [1, 2] and out["concurrency"] == 4
+
+
+def test_simulate_flags_match_the_python_api(r2r):
+    from trsim import simulate
+
+    result = run(
+        "simulate",
+        "--P",
+        "0.65,0.35;1,0",
+        "--C",
+        "[[1,0],[1,0]]",
+        "--latency-ms",
+        "6.0,27.9",
+        "--concurrency",
+        "8",
+        "--thresholds",
+        "2,1",
+        "--tokens",
+        "4000",
+        "--seed",
+        "3",
+        "--json",
+    )
+    expected = simulate(r2r((2, 1), concurrency=8, seed=3), tokens=4000)
+    assert json.loads(result.stdout)["throughput_tok_s"] == pytest.approx(expected.throughput_tok_s)
+
+
+def test_simulate_scenario_baseline_and_outputs(tmp_path):
+    from pathlib import Path
+
+    scenario = Path(__file__).parents[2] / "trsim" / "scenarios" / "r2r-like.yaml"
+    chrome, traces = tmp_path / "steps.json", tmp_path / "traces.jsonl"
+    result = run(
+        "simulate",
+        "--scenario",
+        scenario,
+        "--tokens",
+        "3000",
+        "--baseline",
+        "lockstep",
+        "--chrome-trace",
+        chrome,
+        "--trace-out",
+        traces,
+    )
+    assert result.exit_code == 0, result.output
+    assert "lockstep" in result.stdout and "throughput" in result.stdout
+    assert json.loads(chrome.read_text())["traceEvents"]
+    lines = traces.read_text().splitlines()
+    assert lines and all(json.loads(line)["steps"] for line in lines)
+
+
+def test_recorded_traces_feed_a_trace_scenario(tmp_path):
+    traces = tmp_path / "traces.jsonl"
+    assert run("simulate", "--workload", "short-reasoning", "--tokens", "3000", "--trace-out", traces).exit_code == 0
+    (tmp_path / "replay.yaml").write_text(
+        "models: [{latency: {ms: 6.0}}, {latency: {ms: 27.9}}]\nrouter: {program: trace, file: traces.jsonl}\n"
+    )
+    result = run("simulate", "--scenario", tmp_path / "replay.yaml", "--tokens", "2000", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["handoffs_per_token"] > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--P", "0.5,0.6;1,0"], "error: --P: row 0 sums to 1.1"),
+        (["--P", "0.5,0.5"], "error: --P: must be square"),
+        (["--latency-ms", "6,-1"], "error: --latency-ms: latencies must be > 0"),
+        (["--thresholds", "9,9"], "error: thresholds:"),
+        (["--concurrency", "0"], "error: --concurrency: must be > 0"),
+        (["--tokens", "0"], "error: --tokens: must be > 0"),
+        (["--baseline", "vllm"], "error: baseline: unknown baseline 'vllm'"),
+        (["--workload", "chat"], "error: workload.preset: unknown preset 'chat'"),
+        (["--scenario", "/nonexistent.yaml"], "error: /nonexistent.yaml: No such file"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    result = run("simulate", *args)
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert result.stderr.startswith(message), result.stderr
+
+
+def test_malformed_scenario_file_exit_2(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("models: [{latency: {ms: 5}}]\nworkload: {concurrency: -3}\n")
+    result = run("simulate", "--scenario", path)
+    assert result.exit_code == 2 and result.stderr.startswith("error: workload.concurrency:")
+    path.write_text("models: [{latency: {ms: 5}}]\nrouter: {program: bogus}\n")
+    result = run("simulate", "--scenario", path)
+    assert result.exit_code == 2 and "unknown routing program 'bogus'" in result.stderr
+
+
+def test_sweep_writes_json_and_plot(tmp_path):
+    result = run("sweep", "--concurrency", "2,3", "--tokens", "2000", "--jobs", "2", "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    rows = json.loads((tmp_path / "sweep.json").read_text())["points"]
+    assert len(rows) == 3 + 6  # every feasible threshold vector at N = 2 and N = 3
+    assert all(r["model_tok_s"] > 0 for r in rows)
+    assert (tmp_path / "sweep.png").read_bytes()[:4] == b"\x89PNG"
+    assert "N=3: best thresholds" in result.stdout
+
+
+def test_sweep_rejects_bad_grids(tmp_path):
+    result = run("sweep", "--thresholds", "5,5", "--concurrency", "2", "--out", tmp_path)
+    assert result.exit_code == 2 and "no feasible threshold vector" in result.stderr
