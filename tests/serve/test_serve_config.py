@@ -1,0 +1,111 @@
+"""Serve config validation, placement and threshold resolution (no processes)."""
+
+import pytest
+from pydantic import ValidationError
+
+from trcore.errors import ConfigError
+from trserve.config import ServeConfig, dump_config, load_config
+from trserve.defaults import default_config
+from trserve.placement import merge, place_models
+from trserve.runspec import RunSpec, resolve_model_path
+from trserve.thresholds import load_profile, resolve_thresholds
+from trserve.transport import Endpoints
+
+TWO = [{"name": "small", "path": "/x"}, {"name": "large", "path": "/y"}]
+
+
+def make(**kw):
+    return ServeConfig.model_validate({"models": TWO, **kw})
+
+
+def test_default_config_is_the_local_pair_with_rstitch():
+    cfg = default_config()
+    assert [m.path for m in cfg.models] == ["prepared:small", "prepared:large"]
+    assert cfg.router.program == "rstitch" and cfg.server.host == "127.0.0.1"
+
+
+def test_yaml_round_trip(tmp_path):
+    cfg = make(batching={"thresholds": [2, 1], "tables": [{4: 3}, {}]})
+    path = tmp_path / "c.yaml"
+    path.write_text(dump_config(cfg))
+    assert load_config(path) == cfg
+
+
+@pytest.mark.parametrize(
+    ("override", "words"),
+    [
+        ({"models": [TWO[0], TWO[0]]}, "unique"),
+        ({"entry_model": 2}, "entry_model"),
+        ({"batching": {"thresholds": [1]}}, "one entry per model"),
+        ({"models": [{**TWO[0], "placement": {"cpus": [0]}}, {**TWO[1], "placement": {"cpus": [0, 1]}}]}, "disjoint"),
+        ({"mode": "sideways"}, "mode"),
+        ({"server": {"port": -1}}, "port"),
+        ({"surprise": 1}, "surprise"),
+    ],
+)
+def test_invalid_configs_name_the_problem(override, words):
+    with pytest.raises(ValidationError) as info:
+        make(**override)
+    assert words in str(info.value)
+
+
+def test_bad_yaml_is_a_config_error(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("models: [unclosed")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(path)
+
+
+def test_prepared_model_missing_names_the_prepare_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOKENROUTER_DATA_DIR", str(tmp_path))
+    with pytest.raises(ConfigError, match="tokenrouter models prepare"):
+        resolve_model_path("prepared:nothing-here")
+    with pytest.raises(ConfigError, match=r"no config\.json"):
+        resolve_model_path(str(tmp_path))
+
+
+def test_cpu_placement_splits_free_cores_disjointly():
+    cfg = make()
+    placements = place_models(list(cfg.models), cpus=[0, 1, 2, 3])
+    assert [p.cpus for p in placements] == [(0, 1), (2, 3)]
+    env = placements[1].environment()
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "2,3" and env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert merge(placements).cpus == (0, 1, 2, 3)
+
+
+def test_explicit_cores_and_gpus():
+    models = [
+        {**TWO[0], "placement": {"cpus": [3]}},
+        {**TWO[1], "placement": {"gpus": [0, 1], "tensor_parallel_size": 2}},
+    ]
+    placements = place_models(list(make(models=models).models), cpus=[0, 1, 2, 3])
+    assert placements[0].cpus == (3,) and placements[1].cpus == (0, 1, 2)
+    assert placements[1].environment()["CUDA_VISIBLE_DEVICES"] == "0,1"
+    with pytest.raises(ConfigError, match="not available"):
+        place_models(list(make(models=models).models), cpus=[0, 1])
+
+
+def test_thresholds_default_given_and_checked():
+    assert resolve_thresholds(make()) == [1, 1]
+    assert resolve_thresholds(make(batching={"thresholds": [3, 2]})) == [3, 2]
+    with pytest.raises(ConfigError, match="max_num_seqs"):
+        resolve_thresholds(make(batching={"thresholds": [100, 1]}))
+
+
+def test_auto_thresholds_without_profile_names_calibrate(tmp_path):
+    cfg = make(batching={"thresholds": "auto", "auto": {"calibration_dir": str(tmp_path)}})
+    with pytest.raises(ConfigError, match="tokenrouter calibrate"):
+        resolve_thresholds(cfg)
+    with pytest.raises(ConfigError, match="tokenrouter calibrate"):
+        load_profile(cfg, 0)
+
+
+def test_run_spec_round_trip_and_policy(tmp_path):
+    cfg = make(batching={"thresholds": [2, 1], "tables": [{8: 4}, {}], "max_wait_ms": 5})
+    placements = tuple(place_models(list(cfg.models), cpus=[0, 1]))
+    spec = RunSpec(cfg, ("/x", "/y"), (2, 1), placements, Endpoints(str(tmp_path), 2, (0, 0)))
+    spec.save(tmp_path / "run.json")
+    again = RunSpec.load(tmp_path / "run.json")
+    assert again == spec
+    policy = again.policy(0)
+    assert policy.threshold_for(10) == 4 and policy.max_wait_s == 0.005 and policy.max_batch == 64

@@ -1,0 +1,123 @@
+"""The subserver loop and transport in one process: real ZeroMQ mailboxes, two loops, the hash engine."""
+
+import random
+import time
+
+from trcore import CLIENT, BatchingPolicy, PeerReq, RequestSpec, Subserver
+from trserve.frontend import Generation
+from trserve.hash_engine import HashEngine, hash_next
+from trserve.loop import SubserverLoop
+from trserve.messages import Abort, Probe, State, StepReport
+from trserve.schedule_program import ScheduleProgram, random_decision
+from trserve.subserver_proc import HashStepItem
+from trserve.transport import FRONTEND, ActiveCounter, Endpoints, Mailbox
+
+
+def reference(prompt, rid, schedule, prob, max_tokens, seed=0):
+    """One sequence, no KV: the tokens the schedule program's decisions produce."""
+    seq, model, index = list(prompt), 0, 0
+    while True:
+        token = hash_next(model, seq).token_id
+        if index < len(schedule):
+            dest, kept = schedule[index]
+        else:
+            dest, kept = random_decision(seed, rid, index, model, 2, prob), True
+        index += 1
+        if kept:
+            seq.append(token)
+            if len(seq) - len(prompt) >= max_tokens:
+                return seq[len(prompt) :]
+        model = dest
+
+
+class System:
+    """Two loops wired through real mailboxes; the test plays the front end."""
+
+    def __init__(self, tmp_path, threshold=1):
+        ep = Endpoints(str(tmp_path), 2, (0, 0))
+        book = ep.address_book()
+        self.front = Mailbox(book[FRONTEND], {m: ep.inbox(m) for m in range(2)})
+        self.active = ActiveCounter(ep.active_file, writable=True)
+        reader = ActiveCounter(ep.active_file)
+        self.engines = [HashEngine(m) for m in range(2)]
+        self.loops = []
+        for m in range(2):
+            peers = {k: v for k, v in book.items() if k != m}
+            sub = Subserver(ScheduleProgram(m, 2), BatchingPolicy(threshold=threshold, max_wait_s=0.001))
+            self.loops.append(
+                SubserverLoop(sub, self.engines[m], Mailbox(book[m], peers), HashStepItem, reader.read, idle_poll_s=0.0)
+            )
+        self.outputs, self.reports = {}, []
+
+    def submit(self, rid, prompt, max_tokens, extra):
+        spec = RequestSpec(rid, len(prompt), max_tokens)
+        self.front.send(0, PeerReq(rid, 0, tuple(prompt), (0, 0), CLIENT, spec=spec, extra=extra))
+
+    def run(self, until, timeout_s=30.0):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for loop in self.loops:
+                loop.run_once()
+            for msg in self.front.receive_all(0.0005):
+                self.reports.append(msg)
+                if isinstance(msg, StepReport):
+                    self.outputs.update({f.request_id: list(f.token_ids) for f in msg.finished})
+            if until():
+                return
+        raise AssertionError("system did not settle")
+
+
+def test_random_handoffs_match_reference_and_release_everything(tmp_path):
+    system = System(tmp_path, threshold=2)
+    rng = random.Random(1)
+    requests = {f"r{i}": ([rng.randrange(200, 900) for _ in range(rng.randrange(1, 6))], rng.randrange(1, 12))
+                for i in range(24)}  # fmt: skip
+    system.active.write(len(requests))
+    for rid, (prompt, max_tokens) in requests.items():
+        system.submit(rid, prompt, max_tokens, {"handoff_prob": 0.4, "schedule": [[1, False]] if rid == "r3" else []})
+    system.run(lambda: len(system.outputs) == len(requests) and not any(loop.sub.requests for loop in system.loops))
+    for rid, (prompt, max_tokens) in requests.items():
+        schedule = [[1, False]] if rid == "r3" else []
+        assert system.outputs[rid] == reference(prompt, rid, schedule, 0.4, max_tokens), rid
+    assert all(loop.sub.requests == {} for loop in system.loops)
+    assert all(engine.kv == {} for engine in system.engines)  # every model freed every request
+    assert sum(loop.stats.num_handoffs for loop in system.loops) > 20
+
+
+def test_streamed_tokens_reassemble_to_the_final_output(tmp_path):
+    system = System(tmp_path)
+    system.submit("s", [300, 301], 10, {"handoff_prob": 0.5})
+    system.run(lambda: "s" in system.outputs)
+    gen = Generation(RequestSpec("s", 2, 10), [300, 301], {})
+    pieces = [(off, toks) for r in system.reports if isinstance(r, StepReport) for rid, off, toks in r.tokens]
+    streamed = []
+    for offset, tokens in reversed(pieces):  # worst case: every report arrives out of order
+        streamed.extend(gen.accept(offset, tokens))
+    assert gen.output == system.outputs["s"][: len(gen.output)]
+    assert len(gen.output) == len(system.outputs["s"]) - 1  # the finishing step's token comes with Finished
+
+
+def test_abort_frees_every_model_and_drops_late_handoffs(tmp_path):
+    system = System(tmp_path)
+    system.submit("a", [400, 401, 402], 1000, {"handoff_prob": 0.5})
+    system.run(lambda: all(loop.stats.num_steps > 5 for loop in system.loops))
+    for m in range(2):
+        system.front.send(m, Abort("a"))
+    system.run(lambda: all(not loop.sub.requests for loop in system.loops) and not any(e.kv for e in system.engines))
+    steps = [loop.stats.num_steps for loop in system.loops]
+    for _ in range(20):  # nothing keeps running after the abort
+        for loop in system.loops:
+            loop.run_once()
+    assert [loop.stats.num_steps for loop in system.loops] == steps
+    system.front.send(0, Probe(7))
+    system.run(lambda: any(isinstance(r, State) for r in system.reports))
+    state = next(r for r in system.reports if isinstance(r, State))
+    assert (state.token, state.num_resident, state.kv_usage) == (7, 0, 0.0) and state.rss_bytes > 0
+
+
+def test_active_counter_is_shared_without_locks(tmp_path):
+    writer = ActiveCounter(str(tmp_path / "n"), writable=True)
+    reader = ActiveCounter(str(tmp_path / "n"))
+    for value in (0, 5, 2**40):
+        writer.write(value)
+        assert reader.read() == value

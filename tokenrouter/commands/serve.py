@@ -1,0 +1,62 @@
+"""`tokenrouter serve` (the OpenAI-compatible routed server) and `tokenrouter demo` (start, load, print, stop)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from tokenrouter.errors import cli_errors
+
+
+def _load(config: Path | None, host: str | None, port: int | None):  # type: ignore[no-untyped-def]
+    from trserve.config import ServeConfig, load_config
+    from trserve.defaults import default_config
+
+    cfg: ServeConfig = load_config(config) if config is not None else default_config()
+    overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
+    if overrides:
+        server = cfg.server.model_copy(update=overrides)
+        cfg = ServeConfig.model_validate({**cfg.model_dump(), "server": server.model_dump()})
+    return cfg
+
+
+@cli_errors
+def serve(
+    config: Path | None = typer.Option(None, "--config", "-c", help="Serve config (YAML); default: the local pair."),
+    host: str | None = typer.Option(None, help="Bind address (overrides the config; default 127.0.0.1)."),
+    port: int | None = typer.Option(None, help="Port (overrides the config; default 8000)."),
+    print_config: bool = typer.Option(False, "--print-config", help="Print the resolved config as YAML and exit."),
+) -> None:
+    """Serve the routed model ensemble over an OpenAI-compatible HTTP API until interrupted."""
+    import asyncio
+    import logging
+
+    from trserve.config import dump_config
+    from trserve.server import serve as run_server
+
+    cfg = _load(config, host, port)
+    if print_config:
+        typer.echo(dump_config(cfg), nl=False)
+        return
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    status = asyncio.run(run_server(cfg))
+    if status:
+        raise typer.Exit(status)
+
+
+@cli_errors
+def demo(
+    config: Path | None = typer.Option(None, "--config", "-c", help="Serve config (YAML); default: the local pair."),
+    port: int = typer.Option(8765, help="Port for the temporary server."),
+    num_requests: int = typer.Option(16, min=1, help="Requests in the routed workload."),
+    concurrency: int = typer.Option(8, min=1, help="Requests in flight at once."),
+    max_tokens: int = typer.Option(32, min=1, help="Output tokens per request."),
+) -> None:
+    """Start the server, run a short routed workload against it, print throughput and a sample answer, stop."""
+    from trserve.demo import run_demo
+
+    cfg = _load(config, "127.0.0.1", port)
+    status = run_demo(cfg, config, num_requests=num_requests, concurrency=concurrency, max_tokens=max_tokens)
+    if status:
+        raise typer.Exit(status)

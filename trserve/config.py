@@ -1,0 +1,170 @@
+"""The serve configuration: pydantic models validated at the edge, loaded from YAML or the embedded default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from trcore.errors import ConfigError
+
+Mode = Literal["routed", "lockstep", "per-token"]
+#: ``hash`` is a deterministic stand-in engine for tests of the serving machinery (see trserve.hash_engine).
+Backend = Literal["vllm", "hash"]
+Handoff = Literal["session", "readmit"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PlacementConfig(_Strict):
+    """Where one model runs. On CPU: ``cpus`` (core ids; None = an even share of this process's cores).
+    On CUDA: ``gpus`` (device ids, as many as ``tensor_parallel_size``)."""
+
+    cpus: list[int] | None = None
+    gpus: list[int] | None = None
+    tensor_parallel_size: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _gpus_match_tp(self) -> PlacementConfig:
+        if self.gpus is not None and len(self.gpus) != self.tensor_parallel_size:
+            raise ValueError(f"{len(self.gpus)} gpus given for tensor_parallel_size {self.tensor_parallel_size}")
+        return self
+
+
+class ModelConfig(_Strict):
+    """One model of the routed ensemble. ``path`` is an HF checkpoint directory, or ``prepared:NAME`` for a
+    checkpoint made by ``tokenrouter models prepare``."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    path: str
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    max_model_len: int = Field(2048, ge=16)
+    block_size: int = Field(16, ge=1)
+    kv_cache_gib: float = Field(1.0, gt=0)
+    max_num_seqs: int = Field(64, ge=1)
+    placement: PlacementConfig = PlacementConfig()
+
+
+class RouterConfig(_Strict):
+    """The routing program (by registry name) and its parameters."""
+
+    program: str = "rstitch"
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class AutoThresholdsConfig(_Strict):
+    """Inputs of ``thresholds: auto``: the concurrency to optimise for, and where the routing statistics
+    (P, C) come from (a JSONL trace file; None = the routing program's own P/C parameters)."""
+
+    concurrency: int = Field(16, ge=1)
+    routing_traces: str | None = None
+    calibration_dir: str | None = None
+
+
+class BatchingConfig(_Strict):
+    """Delayed batching per model: thresholds ``B_i`` (or ``auto``), optional tables keyed by the number of
+    active requests, a maximum wait for a short queue, and the largest batch (default: the model's
+    ``max_num_seqs``)."""
+
+    thresholds: list[int] | Literal["auto"] | None = None
+    tables: list[dict[int, int]] | None = None
+    max_wait_ms: float | None = Field(20.0, ge=0)
+    max_batch: int | None = Field(None, ge=1)
+    auto: AutoThresholdsConfig = AutoThresholdsConfig()
+
+
+class RestartConfig(_Strict):
+    """What happens when a subserver process dies: restart it (up to ``max_restarts`` times), or stay down."""
+
+    enabled: bool = True
+    max_restarts: int = Field(3, ge=0)
+
+
+class ServerConfig(_Strict):
+    """The HTTP front end and process management."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    served_model_name: str = "tokenrouter"
+    api_key: str | None = None
+    api_key_env: str = "TOKENROUTER_API_KEY"
+    max_active_requests: int = Field(64, ge=1)
+    max_waiting_requests: int = Field(256, ge=0)
+    max_body_bytes: int = Field(1_000_000, ge=1024)
+    startup_timeout_s: float = Field(600.0, gt=0)
+    restart: RestartConfig = RestartConfig()
+    log_dir: str | None = None
+
+
+class ServeConfig(_Strict):
+    """Everything ``tokenrouter serve`` needs. Model ``i`` in ``models`` is model index ``i`` of the routing
+    program; requests enter at ``entry_model``."""
+
+    mode: Mode = "routed"
+    backend: Backend = "vllm"
+    handoff: Handoff = "session"
+    models: list[ModelConfig] = Field(min_length=1)
+    entry_model: int = Field(0, ge=0)
+    router: RouterConfig = RouterConfig()
+    batching: BatchingConfig = BatchingConfig()
+    server: ServerConfig = ServerConfig()
+    seed: int = 0
+    top_logprobs: int = Field(20, ge=0)
+
+    @model_validator(mode="after")
+    def _cross_fields(self) -> ServeConfig:
+        n = len(self.models)
+        names = [m.name for m in self.models]
+        if len(set(names)) != n:
+            raise ValueError(f"model names must be unique, got {names}")
+        if self.entry_model >= n:
+            raise ValueError(f"entry_model {self.entry_model} must index one of the {n} models")
+        thresholds = self.batching.thresholds
+        if isinstance(thresholds, list) and len(thresholds) != n:
+            raise ValueError(f"batching.thresholds needs one entry per model ({n}), got {len(thresholds)}")
+        if self.batching.tables is not None and len(self.batching.tables) != n:
+            raise ValueError(f"batching.tables needs one table per model ({n})")
+        _check_disjoint_cpus(self.models)
+        return self
+
+    @property
+    def num_models(self) -> int:
+        return len(self.models)
+
+    @property
+    def max_model_len(self) -> int:
+        """The context limit a request must fit on every model it may visit."""
+        return min(m.max_model_len for m in self.models)
+
+
+def _check_disjoint_cpus(models: list[ModelConfig]) -> None:
+    seen: dict[int, str] = {}
+    for m in models:
+        for cpu in m.placement.cpus or ():
+            if cpu in seen:
+                raise ValueError(f"cpu {cpu} is given to both {seen[cpu]!r} and {m.name!r}; core sets must be disjoint")
+            seen[cpu] = m.name
+
+
+def load_config(path: str | Path) -> ServeConfig:
+    """Read and validate a YAML serve config (pydantic errors name the field)."""
+    import yaml
+
+    text = Path(path).read_text()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError("config", f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError("config", f"{path} must hold a mapping of settings")
+    return ServeConfig.model_validate(data)
+
+
+def dump_config(cfg: ServeConfig) -> str:
+    """The config as YAML (what ``serve --print-config`` shows and runs record)."""
+    import yaml
+
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

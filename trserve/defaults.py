@@ -1,0 +1,48 @@
+"""The embedded default serve config: the local CPU pair from ``tokenrouter models prepare``, routed by rstitch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trserve.config import ServeConfig
+
+#: Model 0 (entry) is the small layer-cut model, model 1 the full SmolLM2-135M-Instruct.
+DEFAULT_CONFIG: dict[str, Any] = {
+    "mode": "routed",
+    "handoff": "session",
+    "models": [
+        {
+            "name": "small",
+            "path": "prepared:small",
+            "dtype": "float32",
+            "max_model_len": 2048,
+            "block_size": 16,
+            "kv_cache_gib": 1.0,
+            "max_num_seqs": 64,
+        },
+        {
+            "name": "large",
+            "path": "prepared:large",
+            "dtype": "float32",
+            "max_model_len": 2048,
+            "block_size": 16,
+            "kv_cache_gib": 1.0,
+            "max_num_seqs": 64,
+        },
+    ],
+    "entry_model": 0,
+    "router": {"program": "rstitch", "params": {"tau": 1.0}},
+    "batching": {"thresholds": [1, 1], "max_wait_ms": 20.0},
+    "server": {"host": "127.0.0.1", "port": 8000, "served_model_name": "tokenrouter"},
+}
+
+
+def default_config() -> ServeConfig:
+    """The default config; falls back to the ``markov`` router where ``rstitch`` is not registered."""
+    import trcore.programs  # noqa: F401  (registers the built-in programs)
+    from trcore import PROGRAMS
+
+    data = dict(DEFAULT_CONFIG)
+    if "rstitch" not in PROGRAMS.names():
+        data["router"] = {"program": "markov", "params": {"P": [[0.8, 0.2], [0.5, 0.5]], "seed": 0}}
+    return ServeConfig.model_validate(data)

@@ -1,0 +1,94 @@
+"""Messages between the front end and subservers (besides ``trcore.PeerReq``, which carries requests)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Abort:
+    """Forget a request on this model and free its KV (client gone, stop string hit, a peer failed)."""
+
+    request_id: str
+
+
+@dataclass(frozen=True)
+class Rewire:
+    """Model ``model`` restarted and now listens at ``address``."""
+
+    model: int
+    address: str
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Ask a subserver for its :class:`State` now."""
+
+    token: int
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """Stop the loop, release the engine and exit."""
+
+
+@dataclass(frozen=True)
+class Ready:
+    """A subserver's engine is up; ``kv_usage`` is its idle KV usage (the baseline)."""
+
+    model: int
+    pid: int
+    kv_usage: float
+    signals: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A request ended on the model that stepped it last; ``token_ids`` is its whole output."""
+
+    request_id: str
+    token_ids: tuple[int, ...]
+    reason: str  # "stop" or "length"
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A request could not continue (engine error); the front end aborts it everywhere."""
+
+    request_id: str
+    message: str
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """What one step of one model produced, for streaming and metrics.
+
+    ``tokens`` lists ``(request_id, offset, token_ids)``: output tokens committed from output position
+    ``offset`` on (the front end reassembles them in order, whichever model sent them)."""
+
+    model: int
+    batch_size: int
+    num_new_tokens: int
+    step_s: float
+    num_ready: int
+    num_resident: int
+    num_handoffs: int
+    kv_usage: float
+    tokens: list[tuple[str, int, tuple[int, ...]]] = field(default_factory=list)
+    finished: list[Finished] = field(default_factory=list)
+    failed: list[Failed] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class State:
+    """A subserver's answer to :class:`Probe`: resident requests, KV usage and resident memory."""
+
+    model: int
+    token: int
+    pid: int
+    num_resident: int
+    num_ready: int
+    kv_usage: float
+    rss_bytes: int
+    num_steps: int
+    engine: dict[str, object] = field(default_factory=dict)

@@ -1,0 +1,129 @@
+"""``tokenrouter serve``: resolve the config, start the worker processes, run the HTTP front end, stop cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from trserve.config import ServeConfig
+from trserve.frontend import FrontEnd
+from trserve.launch import Launcher, LaunchError, WorkerSpec
+from trserve.metrics import Metrics
+from trserve.placement import Placement, merge, place_models
+from trserve.runspec import RunSpec, resolve_model_path
+from trserve.thresholds import resolve_thresholds
+from trserve.transport import ActiveCounter, Endpoints
+
+log = logging.getLogger("trserve")
+
+
+def resolve(cfg: ServeConfig, run_dir: str) -> tuple[RunSpec, list[WorkerSpec]]:
+    """Everything that can fail on bad input, checked before any process starts."""
+    paths = tuple(resolve_model_path(m.path, f"models.{i}.path") for i, m in enumerate(cfg.models))
+    thresholds = tuple(resolve_thresholds(cfg, paths))
+    placements = place_models(list(cfg.models))
+    workers = worker_specs(cfg, placements)
+    endpoints = Endpoints(run_dir, len(workers), (0,) * len(workers))
+    spec = RunSpec(cfg, paths, thresholds, tuple(placements), endpoints)
+    for m in range(cfg.num_models):
+        spec.policy(m)  # validates tables and max batch now, not in a worker
+    return spec, workers
+
+
+def worker_specs(cfg: ServeConfig, placements: list[Placement]) -> list[WorkerSpec]:
+    """The processes of a run: one subserver per model (routed), one process for all (lockstep), or a
+    dispatcher plus one plain engine per model (per-token)."""
+    if cfg.mode == "lockstep":
+        return [WorkerSpec(0, "lockstep", "trserve.baselines.lockstep", merge(placements))]
+    if cfg.mode == "per-token":
+        dispatcher = WorkerSpec(0, "dispatcher", "trserve.baselines.pertoken_dispatch", Placement(cpus=()))
+        engines = [
+            WorkerSpec(1 + i, m.name, "trserve.baselines.pertoken", placements[i]) for i, m in enumerate(cfg.models)
+        ]
+        return [dispatcher, *engines]
+    return [WorkerSpec(i, m.name, "trserve.subserver_proc", placements[i]) for i, m in enumerate(cfg.models)]
+
+
+def api_key_of(cfg: ServeConfig) -> str | None:
+    return cfg.server.api_key or os.environ.get(cfg.server.api_key_env) or None
+
+
+async def serve(cfg: ServeConfig) -> int:
+    """Run the server until interrupted; returns the exit status (1: a worker failed to start)."""
+    import uvicorn
+
+    from trserve.http_app import ServerContext, create_app
+    from trserve.text import Tokenizer
+
+    run_dir = tempfile.mkdtemp(prefix="tokenrouter-")
+    log_dir = Path(cfg.server.log_dir) if cfg.server.log_dir else Path(run_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    spec, workers = resolve(cfg, run_dir)
+    metrics = Metrics([w.name for w in workers] if cfg.mode != "routed" else [m.name for m in cfg.models])
+    active = ActiveCounter(spec.endpoints.active_file, writable=True)
+    book = spec.endpoints.address_book()
+    frontend_addr = book.pop(-1)
+    frontend = FrontEnd(
+        frontend_addr,
+        book,
+        entry=_entry_process(cfg),
+        num_models=cfg.num_models,
+        active=active,
+        metrics=metrics,
+        max_active=cfg.server.max_active_requests,
+        max_waiting=cfg.server.max_waiting_requests,
+    )
+    frontend.start()
+    launcher = Launcher(spec, workers, log_dir, frontend, metrics, cfg.server.restart)
+    print(f"tokenrouter: starting {len(workers)} worker(s) ({cfg.mode}); logs in {log_dir}", file=sys.stderr)
+    try:
+        tokenizer = Tokenizer(spec.model_paths[0])
+        await launcher.start_all(cfg.server.startup_timeout_s)
+    except LaunchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        await frontend.close()
+        return 1
+    ctx = ServerContext(cfg, frontend, tokenizer, metrics, api_key_of(cfg))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(ctx),
+            host=cfg.server.host,
+            port=cfg.server.port,
+            log_level="warning",
+            timeout_graceful_shutdown=5,
+        )
+    )
+    announce = asyncio.get_running_loop().create_task(_announce(server, cfg))
+    try:
+        await server.serve()
+    finally:
+        announce.cancel()
+        await launcher.stop_all()
+        await frontend.close()
+        active.close()
+        if cfg.server.log_dir:
+            shutil.rmtree(run_dir, ignore_errors=True)
+    return 0
+
+
+def _entry_process(cfg: ServeConfig) -> int:
+    return cfg.entry_model if cfg.mode == "routed" else 0
+
+
+async def _announce(server: object, cfg: ServeConfig) -> None:
+    while not getattr(server, "started", False):
+        await asyncio.sleep(0.05)
+    sockets = [s for srv in getattr(server, "servers", []) for s in srv.sockets]
+    port = sockets[0].getsockname()[1] if sockets else cfg.server.port
+    names = ", ".join(m.name for m in cfg.models)
+    print(
+        f"tokenrouter: serving {cfg.server.served_model_name!r} ({cfg.mode}: {names}) on "
+        f"http://{cfg.server.host}:{port}",
+        file=sys.stderr,
+        flush=True,
+    )

@@ -1,0 +1,122 @@
+"""Entry point of one subserver process: ``python -m trserve.subserver_proc RUN_JSON MODEL``.
+
+The launcher has already set the placement (affinity, ``VLLM_CPU_*`` / ``CUDA_VISIBLE_DEVICES``) before this
+interpreter started, so vLLM sees it on import. The process starts its engine, builds the model's routing
+program and batching policy, tells the front end it is ready, then runs the loop until told to stop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import dataclasses
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+from trcore import PROGRAMS, RoutingProgram, Subserver, check_signals
+from trserve.loop import SubserverLoop
+from trserve.messages import Ready
+from trserve.runspec import RunSpec
+from trserve.transport import FRONTEND, ActiveCounter, Mailbox
+
+log = logging.getLogger("trserve.subserver")
+
+
+def build_program(spec: RunSpec, model: int) -> RoutingProgram:
+    """Model ``model``'s instance of the configured routing program (built-ins and trserve's own registered)."""
+    import trcore.programs  # noqa: F401  (registers the built-in programs)
+    import trserve.schedule_program  # noqa: F401
+
+    router = spec.config.router
+    return PROGRAMS.create(router.program, model, spec.config.num_models, **router.params)
+
+
+def engine_config(spec: RunSpec, model: int, **overrides: Any) -> Any:
+    """The ``trserve.engine.EngineConfig`` of model ``model`` (fields the engine lacks are left out)."""
+    from trserve.engine import EngineConfig
+
+    m = spec.config.models[model]
+    values: dict[str, Any] = {
+        "model_path": spec.model_paths[model],
+        "dtype": m.dtype,
+        "max_model_len": m.max_model_len,
+        "block_size": m.block_size,
+        "kv_cache_gib": m.kv_cache_gib,
+        "max_num_seqs": m.max_num_seqs,
+        "top_logprobs": spec.config.top_logprobs,
+        "seed": spec.config.seed,
+        "handoff": spec.config.handoff,
+        "tensor_parallel_size": m.placement.tensor_parallel_size,
+        **overrides,
+    }
+    known = {f.name for f in dataclasses.fields(EngineConfig)}
+    return EngineConfig(**{k: v for k, v in values.items() if k in known})
+
+
+@dataclasses.dataclass(frozen=True)
+class HashStepItem:
+    request_id: str
+    new_token_ids: list[int]
+    sampling: Any
+
+
+def start_engine(spec: RunSpec, model: int) -> tuple[Any, Any]:
+    """The model's engine and its step-item constructor, for the configured backend."""
+    if spec.config.backend == "hash":
+        from trserve.hash_engine import HashEngine
+
+        return HashEngine(model, step_s=0.005), HashStepItem
+    from trserve.engine import StepEngine, StepItem
+
+    return StepEngine(engine_config(spec, model)), StepItem
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to send SIGTERM when the launcher dies, so no engine is left orphaned."""
+    with contextlib.suppress(OSError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def run(spec: RunSpec, model: int) -> None:
+    """Start model ``model`` and serve until shutdown."""
+    program = build_program(spec, model)
+    engine, make_step_item = start_engine(spec, model)
+    try:
+        check_signals(program, engine.available_signals)
+        book = spec.endpoints.address_book()
+        mailbox = Mailbox(book.pop(model), book)
+        active = ActiveCounter(spec.endpoints.active_file)
+        sub = Subserver(program, spec.policy(model))
+        loop = SubserverLoop(sub, engine, mailbox, make_step_item, read_active=active.read)
+        signals = tuple(sorted(engine.available_signals))
+        mailbox.send(FRONTEND, Ready(model, os.getpid(), engine.kv_usage(), signals))
+        log.info("model %d (%s) ready: policy %s", model, spec.config.models[model].name, sub.policy)
+        loop.run()
+        mailbox.close()
+    finally:
+        engine.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("run_json")
+    parser.add_argument("model", type=int)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    _die_with_parent()
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    spec = RunSpec.load(args.run_json)
+    log.info("model %d: pid %d, cpus %s", args.model, os.getpid(), sorted(os.sched_getaffinity(0)))
+    run(spec, args.model)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

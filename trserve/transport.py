@@ -1,0 +1,133 @@
+"""Local IPC between the front end and the subserver processes: ZeroMQ PUSH/PULL sockets carrying pickles.
+
+Every process binds one PULL socket (its inbox) and connects one PUSH socket per process it talks to, so a
+send never waits for the receiver (ZeroMQ queues it) and messages between two processes keep their order.
+Only our own processes share these sockets (IPC files in a private run directory), so pickle is safe.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import pickle
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+#: Inbox key of the front end in an address book (model inboxes use the model index).
+FRONTEND = -1
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """The IPC addresses of one server run: an inbox per worker process and one for the front end.
+
+    In the routed mode process ``m`` serves model ``m``. ``generation[p]`` changes when process ``p``
+    restarts, so peers reconnect to a fresh inbox and drop what they had queued for the dead process."""
+
+    run_dir: str
+    num_procs: int
+    generation: tuple[int, ...] = ()
+
+    def inbox(self, index: int) -> str:
+        gen = self.generation[index] if self.generation else 0
+        return f"ipc://{self.run_dir}/proc-{index}-g{gen}.sock"
+
+    @property
+    def frontend(self) -> str:
+        return f"ipc://{self.run_dir}/frontend.sock"
+
+    @property
+    def active_file(self) -> str:
+        return f"{self.run_dir}/active"
+
+    def with_generation(self, index: int, generation: int) -> Endpoints:
+        gens = list(self.generation or (0,) * self.num_procs)
+        gens[index] = generation
+        return Endpoints(self.run_dir, self.num_procs, tuple(gens))
+
+    def address_book(self) -> dict[int, str]:
+        """Inbox address of every process, keyed by process index (front end: :data:`FRONTEND`)."""
+        book = {p: self.inbox(p) for p in range(self.num_procs)}
+        book[FRONTEND] = self.frontend
+        return book
+
+
+def _push_socket(ctx: zmq.Context[Any], address: str) -> zmq.Socket[Any]:
+    sock = ctx.socket(zmq.PUSH)
+    sock.setsockopt(zmq.LINGER, 0)  # a closed outbox drops what a dead peer never took
+    sock.setsockopt(zmq.SNDHWM, 0)  # never block the sender: hand-offs must not stall a model's loop
+    sock.connect(address)
+    return sock
+
+
+@dataclass
+class Mailbox:
+    """A blocking mailbox for a subserver process: one inbox, an outbox per peer."""
+
+    inbox_address: str
+    peers: Mapping[int, str]
+    ctx: zmq.Context[Any] = field(default_factory=zmq.Context)
+
+    def __post_init__(self) -> None:
+        self.inbox = self.ctx.socket(zmq.PULL)
+        self.inbox.setsockopt(zmq.LINGER, 0)
+        self.inbox.bind(self.inbox_address)
+        self.outboxes = {dest: _push_socket(self.ctx, addr) for dest, addr in self.peers.items()}
+        self.poller = zmq.Poller()
+        self.poller.register(self.inbox, zmq.POLLIN)
+
+    def send(self, dest: int, message: Any) -> None:
+        self.outboxes[dest].send(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def rewire(self, dest: int, address: str) -> None:
+        """Point the outbox for ``dest`` at a new inbox (the peer restarted); queued messages are dropped."""
+        self.outboxes[dest].close(linger=0)
+        self.outboxes[dest] = _push_socket(self.ctx, address)
+
+    def receive_all(self, timeout_s: float | None) -> list[Any]:
+        """Wait up to ``timeout_s`` (None: forever) for a message, then take every message already queued."""
+        timeout_ms = None if timeout_s is None else max(0, int(timeout_s * 1000))
+        if not self.poller.poll(timeout_ms):
+            return []
+        out = []
+        while True:
+            try:
+                out.append(pickle.loads(self.inbox.recv(zmq.NOBLOCK)))
+            except zmq.Again:
+                return out
+
+    def close(self) -> None:
+        for sock in self.outboxes.values():
+            sock.close(linger=0)
+        self.inbox.close(linger=0)
+
+
+class ActiveCounter:
+    """The system-wide active-request count in a shared 8-byte file mapping.
+
+    The front end is the only writer; subservers read it before each launch decision. An aligned 8-byte
+    store is atomic on the platforms we run on, so nobody takes a lock."""
+
+    _FORMAT = "<q"
+
+    def __init__(self, path: str, *, writable: bool = False) -> None:
+        if writable and (not os.path.exists(path) or os.path.getsize(path) != 8):
+            Path(path).write_bytes(struct.pack(self._FORMAT, 0))
+        self._fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+        access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
+        self._map = mmap.mmap(self._fd, 8, access=access)
+
+    def read(self) -> int:
+        return int(struct.unpack_from(self._FORMAT, self._map, 0)[0])
+
+    def write(self, value: int) -> None:
+        struct.pack_into(self._FORMAT, self._map, 0, value)
+
+    def close(self) -> None:
+        self._map.close()
+        os.close(self._fd)
