@@ -52,7 +52,6 @@ GPU_GRID = {"batch": [1, 2, 4, 8, 16, 32, 64, 128, 256], "context": [128, 512, 2
             "extend": [16, 64, 256, 1024, 4096], "extend_context": [0, 2048], "batch_extend": [1, 4]}  # fmt: skip
 CPU_GRID = {"batch": [1, 2, 4, 8], "context": [64, 256, 1024], "extend": [16, 64, 256], "extend_context": [0],
             "batch_extend": [1]}  # fmt: skip
-BACKEND = "transformers-static-cache"
 #: A model whose share of the remaining budget is smaller is not started (building it alone may take that long).
 MIN_MODEL_SHARE_S = 5.0
 
@@ -146,9 +145,15 @@ class Profiler:
         machine = self.device.machine(self.args.hardware_tag or hardware_tag(self.device))
         # The schema has no top-level room for how the samples were taken; machine keeps extra keys.
         machine.update(method=self._method(cfg, path, fitter), model_shape=shape, skipped=skipped)
-        return {"schema_version": SCHEMA_VERSION, "llm": name, "backend": BACKEND,
+        return {"schema_version": SCHEMA_VERSION, "llm": name, "backend": self._backend(),
                 "created": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine,
                 "samples": samples, "fit": fits[0] if fits else None, "other_fits": fits[1:]}  # fmt: skip
+
+    def _backend(self) -> str:
+        """Engine and settings in one line, as docs/profile-schema.md asks (``machine.method`` has the rest)."""
+        graphs = [kind for kind, on in self.use_graphs.items() if on]
+        launch = f"CUDA graphs for {'+'.join(graphs)}" if graphs else "eager"
+        return f"transformers {transformers_version()} StaticCache, {dtype_name(self.device.dtype)}, {launch}"
 
     def _method(self, cfg: Any, path: Path, fitter: str) -> str:
         args, dev = self.args, self.device

@@ -68,7 +68,7 @@ def test_profiles_tiny_shape_on_cpu_into_a_valid_profile(shapes_dir, tmp_path):
     assert done.returncode == 0, done.stderr
     path = out / f"cpu-{os.cpu_count()}core" / "tiny-qwen3.json"
     profile = load_profile(path)  # validates against the schema
-    assert profile.llm == "tiny-qwen3" and profile.backend == "transformers-static-cache"
+    assert profile.llm == "tiny-qwen3" and profile.backend.endswith("StaticCache, float32, eager")
     cells = {(s.batch_size, s.context_tokens, s.extend_tokens) for s in profile.samples}
     decode = {(b, b * (ctx + 1), 0) for b in (1, 2, 3) for ctx in (8, 32)}
     extend = {(b, b * (ctx + 4), b * 3) for b in (1, 2) for ctx in (0, 8)}
