@@ -1,0 +1,229 @@
+"""`tokenrouter throughput` and `tokenrouter optimize`: the analytic throughput model from the command line.
+
+Every option defaults to the R2R-like two-model scenario, so `tokenrouter optimize` alone tunes its
+delayed-batching thresholds (the project's main job until the real server exists).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from tokenrouter import options as opt
+from tokenrouter.errors import cli_errors
+from trcore.errors import ConfigError, NotIrreducibleError
+
+if TYPE_CHECKING:
+    from trcore.throughput import OptimizeResult, ThroughputModel, ThroughputResult
+
+#: The model's field names and the options that set them, so errors name what the user typed.
+OPTION_OF = {
+    "P": "--P",
+    "C": "--C",
+    "latency_s": "--latency-ms",
+    "quantum_s": "--quantum-ms",
+    "max_batch": "--max-batch",
+    "concurrency": "--concurrency",
+    "thresholds": "--thresholds",
+    "workers": "--workers",
+}
+
+P_OPTION = typer.Option(opt.DEFAULT_P, "--P", help="Routing matrix P (rows sum to 1): JSON or 'a,b;c,d'.")
+C_OPTION = typer.Option(opt.DEFAULT_C, "--C", help="Committed tokens per request-step and transition (C).")
+LATENCY_OPTION = typer.Option(
+    opt.DEFAULT_LATENCY_MS,
+    "--latency-ms",
+    help="Step latency per model in ms: '6.0,27.9', or JSON with per model a number or a list by batch size - 1.",
+)
+QUANTUM_OPTION = typer.Option("0.1", "--quantum-ms", help="Time grid in ms; latencies are rounded to it.")
+CONCURRENCY_OPTION = typer.Option(str(opt.DEFAULT_CONCURRENCY), "--concurrency", help="Closed-loop requests N.")
+MAX_BATCH_OPTION = typer.Option(None, "--max-batch", help="Max batch per model, e.g. '8,4' (default: no cap).")
+JSON_OPTION = typer.Option(False, "--json", help="Print one JSON object instead of a table.")
+
+
+@cli_errors
+def throughput(
+    P: str = P_OPTION,
+    C: str = C_OPTION,
+    latency_ms: str = LATENCY_OPTION,
+    quantum_ms: str = QUANTUM_OPTION,
+    concurrency: str = CONCURRENCY_OPTION,
+    thresholds: str | None = typer.Option(None, "--thresholds", help="B_i per model, e.g. '2,10' (default: 1s)."),
+    max_batch: str | None = MAX_BATCH_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Long-run committed tokens per second of one threshold vector."""
+    model, num_requests = _model(P, C, latency_ms, quantum_ms, concurrency, max_batch)
+    vector = opt.parse_thresholds(thresholds, model.num_models) if thresholds else [1] * model.num_models
+    with _named_fields():
+        result = model.solve(num_requests, vector)
+    if as_json:
+        print(json.dumps(_result_dict(result) | {"num_states": result.num_states}))
+    else:
+        _print_throughput(result, num_requests)
+
+
+@cli_errors
+def optimize(
+    P: str = P_OPTION,
+    C: str = C_OPTION,
+    latency_ms: str = LATENCY_OPTION,
+    quantum_ms: str = QUANTUM_OPTION,
+    concurrency: str = CONCURRENCY_OPTION,
+    max_batch: str | None = MAX_BATCH_OPTION,
+    workers: str = typer.Option("1", "--workers", help="Processes solving candidates in parallel."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Solve every feasible threshold vector and print the best and the table of candidates."""
+    model, num_requests = _model(P, C, latency_ms, quantum_ms, concurrency, max_batch)
+    num_workers = _integer(workers, "--workers")
+    with _named_fields():
+        result = model.optimize(num_requests, clock=time.perf_counter, workers=num_workers)
+    ranked = sorted(result.candidates, key=lambda c: -c.throughput_tok_s)
+    if as_json:
+        print(json.dumps(_optimize_dict(result, ranked)))
+    else:
+        _print_optimize(result, ranked, num_requests)
+
+
+def _model(
+    P: str, C: str, latency_ms: str, quantum_ms: str, concurrency: str, max_batch: str | None
+) -> tuple[ThroughputModel, int]:
+    from trcore.throughput import ThroughputModel
+
+    p = opt.parse_matrix(P, "--P")
+    c = opt.parse_matrix(C, "--C")
+    num_models = opt.check_same_size([p, c], ["--P", "--C"])
+    quantum = _positive(quantum_ms, "--quantum-ms")
+    latency = parse_latency_spec(latency_ms, num_models, quantum)
+    num_requests = _integer(concurrency, "--concurrency")
+    caps = opt.parse_ints(max_batch, "--max-batch") if max_batch else None
+    if caps is not None and len(caps) != num_models:
+        raise ConfigError("--max-batch", f"needs {num_models} values (one per model), got {len(caps)}")
+    with _named_fields():
+        model = ThroughputModel(p, c, latency, quantum_s=quantum / 1000, max_batch=caps)
+    return model, num_requests
+
+
+def parse_latency_spec(text: str, num_models: int, quantum_ms: float) -> list[float | list[float]]:
+    """Per-model latencies in ms (``6.0,27.9`` or JSON with numbers or lists by batch size - 1), in seconds."""
+    option = "--latency-ms"
+    text = text.strip()
+    if text.startswith("["):
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(option, f"invalid JSON ({exc.msg}): {text!r}") from None
+        if not isinstance(raw, list):
+            raise ConfigError(option, "expected a JSON list with one entry per model")
+        entries: list[Any] = raw
+    else:
+        entries = opt.parse_vector(text, option)
+    if len(entries) != num_models:
+        raise ConfigError(option, f"needs {num_models} entries (one per model, like P), got {len(entries)}")
+    return [_latency_entry(entry, i, quantum_ms) for i, entry in enumerate(entries)]
+
+
+def _latency_entry(entry: object, model: int, quantum_ms: float) -> float | list[float]:
+    option = "--latency-ms"
+    table = entry if isinstance(entry, list) else [entry]
+    if not table or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in table):
+        raise ConfigError(option, f"model {model}: expected a number or a non-empty list of numbers, got {entry!r}")
+    for x in table:
+        if not (0 < x < math.inf):
+            raise ConfigError(option, f"model {model}: latencies must be positive, got {x}")
+        if x / quantum_ms < 0.5:
+            raise ConfigError("--quantum-ms", f"{quantum_ms} ms is too coarse for model {model}'s {x} ms latency")
+    seconds = [x / 1000 for x in table]
+    return seconds if isinstance(entry, list) else seconds[0]
+
+
+def _integer(text: str, option: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise ConfigError(option, f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise ConfigError(option, f"must be >= 1, got {value}")
+    return value
+
+
+def _positive(text: str, option: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(option, f"expected a number, got {text!r}") from None
+    if not 0 < value < math.inf:
+        raise ConfigError(option, f"must be a positive number, got {text!r}")
+    return value
+
+
+@contextmanager
+def _named_fields() -> Iterator[None]:
+    """Re-raise the model's errors under the option names; a chain with several closed classes is bad input."""
+    try:
+        yield
+    except ConfigError as exc:
+        raise ConfigError(OPTION_OF.get(exc.field, exc.field), exc.problem) from None
+    except NotIrreducibleError as exc:
+        raise ConfigError("--P", str(exc)) from None
+
+
+def _result_dict(result: ThroughputResult) -> dict[str, Any]:
+    return {"thresholds": list(result.thresholds), "throughput_tok_s": result.throughput_tok_s}
+
+
+def _optimize_dict(result: OptimizeResult, ranked: list[ThroughputResult]) -> dict[str, Any]:
+    return {
+        "thresholds": list(result.thresholds),
+        "throughput_tok_s": result.throughput_tok_s,
+        "candidates": [_result_dict(c) | {"num_states": c.num_states} for c in ranked],
+        "elapsed_s": result.elapsed_s,
+    }
+
+
+def _print_throughput(result: ThroughputResult, num_requests: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"Throughput model, {num_requests} concurrent requests")
+    for name in ("thresholds", "tok/s", "states"):
+        table.add_column(name, justify="right")
+    table.add_row(_vector(result.thresholds), f"{result.throughput_tok_s:.2f}", str(result.num_states))
+    Console().print(table)
+
+
+def _print_optimize(result: OptimizeResult, ranked: list[ThroughputResult], num_requests: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    total_states = sum(c.num_states for c in ranked)
+    table = Table(title=f"{len(ranked)} feasible threshold vectors, {num_requests} concurrent requests")
+    for name in ("", "thresholds", "tok/s", "vs best", "states"):
+        table.add_column(name, justify="right")
+    for c in ranked:
+        is_best = c.thresholds == result.thresholds
+        table.add_row(
+            "best" if is_best else "",
+            _vector(c.thresholds),
+            f"{c.throughput_tok_s:.2f}",
+            f"{c.throughput_tok_s / result.throughput_tok_s:.1%}",
+            str(c.num_states),
+            style="bold green" if is_best else None,
+        )
+    console.print(table)
+    console.print(
+        f"best thresholds {_vector(result.thresholds)}: {result.throughput_tok_s:.2f} tok/s "
+        f"({total_states} states over all candidates, {result.elapsed_s:.2f} s)"
+    )
+
+
+def _vector(values: tuple[int, ...]) -> str:
+    return ",".join(str(v) for v in values)
