@@ -28,6 +28,10 @@ def _register() -> None:
 
     app.command("train-routers")(routers.train_routers)
 
+    from tokenrouter.commands import models
+
+    app.add_typer(models.app, name="models")
+
 
 _register()
 
