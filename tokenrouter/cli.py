@@ -32,6 +32,10 @@ def _register() -> None:
 
     app.add_typer(models.app, name="models")
 
+    from tokenrouter.commands import calibrate
+
+    app.command("calibrate")(calibrate.calibrate)
+
 
 _register()
 

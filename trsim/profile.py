@@ -53,6 +53,8 @@ class LatencyProfile(_Strict):
     samples: list[SampleRecord] = Field(default_factory=list)
     fit: FitRecord | None = None
     other_fits: list[FitRecord] = Field(default_factory=list)
+    #: How the samples were taken (method, grid, spread per cell, hand-off cost, ...): free-form, kept as given.
+    calibration: dict[str, Any] | None = None
 
     def sample_list(self) -> list[LatencySample]:
         return [LatencySample(**s.model_dump()) for s in self.samples]
