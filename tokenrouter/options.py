@@ -75,16 +75,6 @@ def parse_ints(text: str, option: str, minimum: int = 1) -> list[int]:
     return [int(v) for v in values]
 
 
-def parse_latencies_ms(text: str, num_models: int, option: str = "--latency-ms") -> list[float]:
-    """Per-model step latencies in milliseconds, returned in seconds."""
-    values = parse_vector(text, option)
-    if len(values) != num_models:
-        raise ConfigError(option, f"needs {num_models} values (one per model), got {len(values)}")
-    if any(v <= 0 for v in values):
-        raise ConfigError(option, f"latencies must be > 0, got {text!r}")
-    return [v / 1000 for v in values]
-
-
 def parse_thresholds(text: str, num_models: int, option: str = "--thresholds") -> list[int]:
     """One threshold B_i >= 1 per model."""
     values = parse_ints(text, option)

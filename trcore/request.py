@@ -118,18 +118,17 @@ class PeerReq:
         is_finished: bool = False,
         extra: Mapping[str, Any] | None = None,
     ) -> None:
-        # A frozen dataclass's own __init__ sets each field through object.__setattr__; filling the instance
-        # dict in one call is about twice as fast, and a hand-off is built for every routed token.
-        self.__dict__.update(
-            request_id=request_id,
-            start=start,
-            token_ids=token_ids,
-            anchors=anchors,
-            origin=origin,
-            spec=spec,
-            is_finished=is_finished,
-            extra={} if extra is None else extra,
-        )
+        # A frozen dataclass's own __init__ sets each field through object.__setattr__; writing the instance
+        # dict directly is about twice as fast, and a hand-off is built for every routed token.
+        fields = self.__dict__
+        fields["request_id"] = request_id
+        fields["start"] = start
+        fields["token_ids"] = token_ids
+        fields["anchors"] = anchors
+        fields["origin"] = origin
+        fields["spec"] = spec
+        fields["is_finished"] = is_finished
+        fields["extra"] = {} if extra is None else extra
 
     @property
     def end(self) -> int:

@@ -50,6 +50,7 @@ class MarkovRouter(RoutingProgram):
         self._targets = [j for j in range(num_models) if row[j] > 0]
         self._cum = _cumulative([row[j] for j in self._targets])
         self._keep_prob = [min(float(C[model][j]), 1.0) for j in range(num_models)]
+        self._always_kept = all(self._keep_prob[j] >= 1.0 for j in self._targets)
 
     def route(self, step: StepResult) -> Routing:
         rand = self.rng.random
@@ -60,7 +61,7 @@ class MarkovRouter(RoutingProgram):
         else:
             dests = [targets[_pick(cum, rand())] for _ in range(len(step))]
         keep_prob = self._keep_prob
-        if all(keep_prob[d] >= 1.0 for d in dests):
+        if self._always_kept or all(keep_prob[d] >= 1.0 for d in dests):
             return Routing(dests)
         return Routing(dests, [keep_prob[d] >= 1.0 or rand() < keep_prob[d] for d in dests])
 

@@ -98,8 +98,8 @@ class ConstantModel(LatencyModel):
 
 @register_latency_model("table")
 class TableModel(LatencyModel):
-    """Latency by batch size, linearly interpolated between entries; beyond the largest entry it follows the
-    last segment's slope, below the smallest it is the smallest entry's value."""
+    """Latency by batch size, linearly interpolated between entries; outside the table, the nearest entry's
+    value (as the throughput model treats batches beyond its latency list)."""
 
     coefficient_names = ("batch_sizes", "latency_s")
 
@@ -127,11 +127,10 @@ class TableModel(LatencyModel):
             return values[k]
         if k == 0:
             return values[0]
-        if len(sizes) == 1:
-            return values[0]
-        lo = min(k, len(sizes) - 1) - 1  # interpolate inside, extrapolate past the end on the last segment
-        slope = (values[lo + 1] - values[lo]) / (sizes[lo + 1] - sizes[lo])
-        return max(values[lo] + slope * (batch_size - sizes[lo]), 1e-9)
+        if k == len(sizes):
+            return values[-1]
+        slope = (values[k] - values[k - 1]) / (sizes[k] - sizes[k - 1])
+        return values[k - 1] + slope * (batch_size - sizes[k - 1])
 
     def coefficients(self) -> dict[str, Any]:
         return {"batch_sizes": list(self.batch_sizes), "latency_s": list(self.latency_s)}

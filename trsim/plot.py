@@ -10,7 +10,7 @@ from typing import Any
 
 def plot_sweep(rows: Sequence[Mapping[str, Any]], path: str | Path, title: str = "Threshold sweep") -> None:
     """Throughput against the threshold vector, one panel per scenario and one line per concurrency; the best
-    vector of each line is starred. Rows carrying ``model_tok_s`` (the analytic model) add a dashed line."""
+    vector of each line is starred. Rows all carrying ``model_tok_s`` (the analytic model) add a dashed line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -38,7 +38,7 @@ def _panel(ax: Any, scenario: str, rows: Sequence[Mapping[str, Any]]) -> None:
         nrows = sorted(nrows, key=lambda r: position[tuple(r["thresholds"])])
         xs = [position[tuple(r["thresholds"])] for r in nrows]
         line = ax.plot(xs, [r["throughput_tok_s"] for r in nrows], marker=".", label=f"N={n} sim")[0]
-        if all("model_tok_s" in r for r in nrows):
+        if all(r.get("model_tok_s") is not None for r in nrows):
             ax.plot(xs, [r["model_tok_s"] for r in nrows], "--", color=line.get_color(), label=f"N={n} model")
         best = max(nrows, key=lambda r: r["throughput_tok_s"])
         ax.plot([position[tuple(best["thresholds"])]], [best["throughput_tok_s"]], "*", ms=14, color=line.get_color())

@@ -3,14 +3,9 @@
 import json
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from tokenrouter.commands import sim
-
-app = typer.Typer()  # TEMP until analytic exists
-app.command("simulate")(sim.simulate)
-app.command("sweep")(sim.sweep)
+from tokenrouter.cli import app
 
 runner = CliRunner()
 
@@ -94,7 +89,7 @@ def test_recorded_traces_feed_a_trace_scenario(tmp_path):
     [
         (["--P", "0.5,0.6;1,0"], "error: --P: row 0 sums to 1.1"),
         (["--P", "0.5,0.5"], "error: --P: must be square"),
-        (["--latency-ms", "6,-1"], "error: --latency-ms: latencies must be > 0"),
+        (["--latency-ms", "6,-1"], "error: --latency-ms: model 1: latencies must be positive"),
         (["--thresholds", "9,9"], "error: thresholds:"),
         (["--concurrency", "0"], "error: --concurrency: must be > 0"),
         (["--tokens", "0"], "error: --tokens: must be > 0"),
@@ -128,6 +123,13 @@ def test_sweep_writes_json_and_plot(tmp_path):
     assert all(r["model_tok_s"] > 0 for r in rows)
     assert (tmp_path / "sweep.png").read_bytes()[:4] == b"\x89PNG"
     assert "N=3: best thresholds" in result.stdout
+
+
+def test_simulate_reads_latency_tables_like_the_throughput_command():
+    args = ["--latency-ms", "[6.0, [27.9, 29.0, 30.0]]", "--concurrency", "4", "--json"]
+    model = json.loads(run("throughput", *args).stdout)["throughput_tok_s"]
+    sim = json.loads(run("simulate", *args, "--tokens", "20000").stdout)["throughput_tok_s"]
+    assert sim == pytest.approx(model, rel=0.03)
 
 
 def test_sweep_rejects_bad_grids(tmp_path):

@@ -24,11 +24,11 @@ def test_registry_lists_the_four_models_and_rejects_unknown_names():
         make_latency_model("linear", {"a": 1.0})
 
 
-def test_table_interpolates_and_extrapolates_on_the_last_segment():
+def test_table_interpolates_and_holds_its_last_value():
     table = TableModel([1, 4, 8], [0.010, 0.016, 0.020])
     assert table(batch([1], [5])) == 0.010
     assert table.predict(2, 0, 0) == pytest.approx(0.012)
-    assert table.predict(12, 0, 0) == pytest.approx(0.024)
+    assert table.predict(12, 0, 0) == 0.020  # as the throughput model: larger batches use the last entry
 
 
 def test_prefill_costs_time_in_the_expressive_model():
@@ -107,3 +107,15 @@ def test_profile_schema_errors_name_the_field():
     }
     with pytest.raises(Exception, match=r"samples\.0\.batch_size"):
         LatencyProfile.model_validate(bad)
+
+
+def test_the_documented_example_profile_is_valid():
+    import json
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[2] / "docs" / "profile-schema.md").read_text()
+    example = json.loads(re.search(r"```json\n(.*?)```", doc, re.S).group(1))
+    profile = LatencyProfile.model_validate(example)
+    assert latency_from_profile(profile).predict(1, 128, 0) == pytest.approx(0.05 + 0.0025 + 128e-7)
+    assert latency_from_profile(profile, "linear").coefficients() == {"a": 0.052, "b": 0.0027, "c": 1.2e-7}

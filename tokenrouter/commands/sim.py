@@ -10,7 +10,7 @@ import typer
 
 from tokenrouter import options as opt
 from tokenrouter.errors import cli_errors
-from trcore.errors import ConfigError
+from trcore.errors import ConfigError, NotIrreducibleError
 
 if TYPE_CHECKING:
     from trsim.config import SimConfig
@@ -19,17 +19,25 @@ P_HELP = "Routing matrix P (rows sum to 1), JSON or 'a,b;c,d'."
 C_HELP = "Probability the token of each transition is kept (C), JSON or 'a,b;c,d'."
 
 
-def _flag_config(P: str | None, C: str | None, latency_ms: str | None, workload: str) -> SimConfig:
-    """The system the flags describe: Markov routing with constant latencies (the throughput model's inputs)."""
+def _flag_config(
+    P: str | None, C: str | None, latency_ms: str | None, quantum_ms: float | None, workload: str
+) -> SimConfig:
+    """The system the flags describe, as `tokenrouter throughput` reads them: Markov routing; per model a
+    constant latency or a list by batch size - 1 (larger batches use the last entry)."""
+    from tokenrouter.commands.analytic import parse_latency_spec
     from trcore.routers import validate_matrix
     from trsim.build import markov_config
+    from trsim.latency import ConstantModel, LatencyModel, TableModel
 
     p = opt.parse_matrix(P or opt.DEFAULT_P, "--P")
     c = opt.parse_matrix(C or opt.DEFAULT_C, "--C")
     num_models = opt.check_same_size([p, c], ["--P", "--C"])
     validate_matrix("--P", p, num_models, stochastic=True)
     validate_matrix("--C", c, num_models, stochastic=False)
-    latency = opt.parse_latencies_ms(latency_ms or opt.DEFAULT_LATENCY_MS, num_models)
+    entries = parse_latency_spec(latency_ms or opt.DEFAULT_LATENCY_MS, num_models, quantum_ms or 1e-6)
+    latency: list[LatencyModel] = [
+        TableModel(list(range(1, len(e) + 1)), e) if isinstance(e, list) else ConstantModel(e) for e in entries
+    ]
     return markov_config(p, c, latency, workload=workload, concurrency=opt.DEFAULT_CONCURRENCY)
 
 
@@ -63,7 +71,7 @@ def build_config(
         if workload is not None:
             config = replace(config, workload=preset(workload, concurrency=config.workload.concurrency))
     else:
-        config, spec = _flag_config(P, C, latency_ms, workload or "endless"), None
+        config, spec = _flag_config(P, C, latency_ms, quantum_ms, workload or "endless"), None
     if concurrency is not None:
         opt.check_positive(concurrency, "--concurrency")
         config = config.with_concurrency(concurrency)
@@ -217,17 +225,21 @@ def sweep(
 def _add_model(
     rows: list[dict[str, Any]], P: str | None, C: str | None, latency_ms: str | None, quantum_ms: float | None
 ) -> None:
-    """Attach the analytic model's T(B) to each row, when trcore.throughput is available."""
-    try:
-        from trsim.check import model_throughput
-    except ImportError:  # pragma: no cover - the model ships with trcore
-        return
+    """Attach the analytic model's T(B) to each row (``None`` where its chain has no unique answer)."""
+    from tokenrouter.commands.analytic import parse_latency_spec
+    from trcore.throughput import ThroughputModel
+
     p = opt.parse_matrix(P or opt.DEFAULT_P, "--P")
     c = opt.parse_matrix(C or opt.DEFAULT_C, "--C")
-    latency = opt.parse_latencies_ms(latency_ms or opt.DEFAULT_LATENCY_MS, len(p))
-    quantum = quantum_ms / 1000 if quantum_ms else 1e-4
-    for row in rows:
-        try:
-            row["model_tok_s"] = model_throughput(p, c, latency, row["concurrency"], row["thresholds"], quantum)
-        except ImportError:
-            return
+    quantum_ms = quantum_ms or 0.1
+    model = ThroughputModel(
+        p, c, parse_latency_spec(latency_ms or opt.DEFAULT_LATENCY_MS, len(p), quantum_ms), quantum_s=quantum_ms / 1000
+    )
+    for n in sorted({row["concurrency"] for row in rows}):
+        try:  # one exploration solves every feasible vector at this concurrency
+            known = {cand.thresholds: cand.throughput_tok_s for cand in model.optimize(n).candidates}
+        except NotIrreducibleError:
+            known = {}
+        for row in rows:
+            if row["concurrency"] == n:
+                row["model_tok_s"] = known.get(tuple(row["thresholds"]))
