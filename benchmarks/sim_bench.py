@@ -142,7 +142,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    results["machine"] = {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}
+    results["machine"] = {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],  # shared machine: wall times vary
+    }
     kwargs = {"tokens": args.tokens} if args.tokens else {}
     for part in args.parts:
         if part == "model":
