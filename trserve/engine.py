@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trcore.errors import ConfigError
-from trserve.engine_core import CoreLink, start_core
+from trserve.engine_core import CoreLink, sampling_params, start_core
 from trserve.engine_handoff import HANDOFF_MODES, Resident, handoff_mode
 from trserve.signals import EntropySink, top_logprobs_of
 
@@ -168,6 +168,10 @@ class StepEngine:
                 raise EngineStepError(f"request {item.request_id}: a first visit needs its prompt")
             if any(not 0 <= int(t) < self.vocab_size for t in item.new_token_ids):
                 raise EngineStepError(f"request {item.request_id}: token id outside 0..{self.vocab_size - 1}")
+            try:
+                sampling_params(item.sampling, 0, item.request_id)
+            except (TypeError, ValueError) as exc:
+                raise EngineStepError(f"request {item.request_id}: bad sampling settings: {exc}") from None
             if length + 1 > self.config.max_model_len:
                 raise EngineStepError(
                     f"request {item.request_id}: {length} tokens + 1 exceed max_model_len={self.config.max_model_len}"

@@ -88,25 +88,29 @@ def sampling_params(sampling: Any, top_logprobs: int, engine_id: str, seed_offse
     """vLLM ``SamplingParams`` for one token of one request, from a ``{temperature, top_p, top_k, seed}`` mapping.
 
     ``seed_offset`` (readmit mode) derives a distinct seed per position, since every re-add starts a fresh
-    generator; in session mode vLLM keeps the request's generator across chunks.
+    generator; in session mode vLLM keeps the request's generator across chunks. Bad values raise ValueError.
     """
     from vllm import SamplingParams
+    from vllm.exceptions import VLLMClientError
 
     sampling = sampling or {}
     seed = sampling.get("seed")
     if seed is not None and seed_offset is not None:
         seed = (int(seed) * 1_000_003 + seed_offset) % (1 << 63)
-    return SamplingParams(
-        max_tokens=1,
-        temperature=float(sampling.get("temperature", 0.0)),
-        top_p=float(sampling.get("top_p", 1.0)),
-        top_k=int(sampling.get("top_k", 0) or 0),
-        seed=seed,
-        logprobs=top_logprobs if top_logprobs > 0 else None,
-        ignore_eos=True,  # stopping is the scheduler's decision, not the engine's
-        detokenize=False,
-        extra_args={REQUEST_ID_KEY: engine_id},
-    )
+    try:
+        return SamplingParams(
+            max_tokens=1,
+            temperature=float(sampling.get("temperature", 0.0)),
+            top_p=float(sampling.get("top_p", 1.0)),
+            top_k=int(sampling.get("top_k", 0) or 0),
+            seed=seed,
+            logprobs=top_logprobs if top_logprobs > 0 else None,
+            ignore_eos=True,  # stopping is the scheduler's decision, not the engine's
+            detokenize=False,
+            extra_args={REQUEST_ID_KEY: engine_id},
+        )
+    except VLLMClientError as exc:  # not a ValueError in vLLM 0.32
+        raise ValueError(str(exc)) from None
 
 
 class CoreLink:

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
-from pathlib import Path
-
-import pytest
 
 #: Small engines: the tests need a few hundred tokens of KV, and several helpers share this machine's memory.
 TEST_ENGINE = {"max_model_len": 512, "kv_cache_gib": 0.25, "max_num_seqs": 16, "dtype": "float32"}
@@ -19,18 +15,12 @@ PROMPT_TEXTS = (
 )
 
 
+@functools.cache
 def model_dirs() -> tuple[str, str]:
-    """(large, small) checkpoint directories of the prepared local pair; skips the test when not prepared.
+    """(large, small) checkpoint directories of the local pair (``tokenrouter models prepare`` builds them if
+    missing; the same function backs the ``prepared_pair`` fixture)."""
+    from trserve.modelprep import prepared_pair
 
-    ``TRSERVE_TEST_MODELS`` may name a directory holding ``large/`` and ``small/`` (a throwaway conversion)."""
-    override = os.environ.get("TRSERVE_TEST_MODELS")
-    if override:
-        root = Path(override)
-        return str(root / "large"), str(root / "small")
-    try:
-        from trserve.modelprep import prepared_pair  # type: ignore[attr-defined]
-    except ImportError:
-        pytest.skip("model pair not prepared (tokenrouter models prepare)")
     large, small = prepared_pair()
     return str(large), str(small)
 

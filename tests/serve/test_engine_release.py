@@ -75,6 +75,8 @@ def test_bad_steps_fail_cleanly_and_leak_nothing(engine):
         engine.step([StepItem("oov", [engine.vocab_size])])
     with pytest.raises(EngineStepError, match="first visit"):
         engine.step([StepItem("empty", [])])
+    with pytest.raises(EngineStepError, match="sampling"):
+        engine.step([StepItem("fine", prompt), StepItem("bad", prompt, {"temperature": -1.0})])
     crowd = [StepItem(f"c{i}", prompt) for i in range(engine.config.max_num_seqs + 1)]
     with pytest.raises(EngineStepError, match="max_num_seqs"):
         engine.step(crowd)
