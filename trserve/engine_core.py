@@ -102,7 +102,7 @@ def sampling_params(sampling: Any, top_logprobs: int, engine_id: str, seed_offse
             max_tokens=1,
             temperature=float(sampling.get("temperature", 0.0)),
             top_p=float(sampling.get("top_p", 1.0)),
-            top_k=int(sampling.get("top_k", 0) or 0),
+            top_k=max(0, int(sampling.get("top_k") or 0)),  # -1 (older vLLM) and 0 both mean "off"
             seed=seed,
             logprobs=top_logprobs if top_logprobs > 0 else None,
             ignore_eos=True,  # stopping is the scheduler's decision, not the engine's
