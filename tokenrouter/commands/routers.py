@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ def train_routers(
     max_new_tokens: int = typer.Option(96, min=1, help="Greedy answer length per prompt."),
     top_k: int = typer.Option(10, min=2, max=20, help="Top-k logprobs the routers read (vLLM must return them)."),
     threads: int = typer.Option(1, min=1, help="torch CPU threads."),
+    route_rate: float = typer.Option(0.2, min=0.0, max=1.0, help="Fraction of validation tokens sent to the LLM."),
     seed: int = typer.Option(0, help="Training seed."),
     no_cache: bool = typer.Option(False, help="Regenerate the labelled data even if cached."),
 ) -> None:
@@ -48,21 +48,23 @@ def train_routers(
         max_new_tokens,
         top_k,
         command.strip(),
-        FitConfig(seed=seed),
+        FitConfig(route_rate=route_rate, seed=seed),
     )
     print(json.dumps(summary, indent=2))
 
 
 def _cache_dir() -> Path:
-    root = os.environ.get("TOKENROUTER_DATA_DIR") or Path.home() / ".cache" / "tokenrouter"
-    return Path(root) / "router_data"
+    from trserve.modelprep import default_data_dir
+
+    return default_data_dir() / "router_data"
 
 
 def _pair_dirs(small: Path | None, large: Path | None) -> tuple[Path, Path]:
     from trcore.errors import ConfigError
+    from trserve.modelprep import model_dir
 
-    if small is None or large is None:
-        raise ConfigError("small", "pass --small and --large (prepared-pair lookup not wired yet)")
+    small = small if small is not None else model_dir("small")
+    large = large if large is not None else model_dir("large")
     for field, path in (("small", small), ("large", large)):
         if not (path / "config.json").is_file():
             raise ConfigError(

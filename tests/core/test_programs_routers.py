@@ -1,0 +1,33 @@
+"""The committed trained routers (models/routers/): loadable by the serving code, servable from vLLM signals,
+and documented by their metrics file (threshold, precision/recall, the command that made them)."""
+
+import json
+import math
+
+import pytest
+
+from tests.factories import make_step
+from trcore import PROGRAMS, check_signals
+from trcore.programs.detour import ROUTERS_DIR
+
+VLLM_SIGNALS = {"token_ids", "top_logprobs"}
+
+
+@pytest.mark.parametrize("name", ["r2r", "citer"])
+def test_committed_router_matches_its_metrics_and_serves_from_vllm_signals(name):
+    report = json.loads((ROUTERS_DIR / f"{name}.json").read_text())
+    program = PROGRAMS.create(name, 0, 2)  # default: the committed weights
+    assert program.threshold == report["threshold"]
+    assert report["command"].startswith("tokenrouter train-routers")
+    test = report["metrics"]["test"]
+    assert 0 <= test["precision"] <= 1 and 0 <= test["recall"] <= 1 and test["num_tokens"] > 0
+    check_signals(program, VLLM_SIGNALS)  # no hidden state needed
+    assert (program.router.token_table is not None) == (name == "r2r")
+
+    top_k = program.router.top_k
+    confident = {0: math.log(0.97), **{t: math.log(0.03 / (top_k - 1)) for t in range(1, top_k)}}
+    flat = {t: math.log(1.0 / top_k) for t in range(top_k)}
+    scores = program.router.scores(make_step([0, 0], top_logprobs=[confident, flat]))
+    assert all(0.0 <= s <= 1.0 for s in scores)
+    assert scores[0] != scores[1]  # the router reads its inputs (no direction asserted: on this pair the SLM
+    # is often confidently wrong, see the README)
