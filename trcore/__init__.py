@@ -6,7 +6,7 @@ Pure Python with no clock, no I/O and no torch/vLLM/SimPy: drivers (trsim, trser
 # Importing the programs package registers the built-in routing programs (rstitch, r2r, citer, ...).
 from trcore import programs
 from trcore.errors import ConfigError, InfeasibleError, NotIrreducibleError
-from trcore.policy import BatchingPolicy, check_feasible, is_feasible
+from trcore.policy import BatchingPolicy, check_feasible, is_feasible, policies_for
 from trcore.program import PROGRAMS, RoutingProgram, check_signals, register_program
 from trcore.request import CLIENT, PeerReq, Request, RequestSpec, RequestStatus, new_request_message
 from trcore.routers import MarkovRouter, TraceReplayRouter
@@ -37,6 +37,7 @@ __all__ = [
     "check_signals",
     "is_feasible",
     "new_request_message",
+    "policies_for",
     "programs",
     "register_program",
 ]

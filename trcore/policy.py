@@ -17,21 +17,28 @@ class BatchingPolicy:
     * ``table``: thresholds keyed by the number of active requests in the whole system; the entry with the
       largest key not above the current count applies (``threshold`` below the smallest key);
     * ``max_wait_s``: a non-empty queue launches anyway once its oldest ready request waited this long;
-    * ``max_batch``: at most this many requests per step.
+    * ``max_batch``: at most this many requests per step;
+    * ``peer_slack``: sum over the *other* models of ``(B_j - 1)`` (see :func:`policies_for`).
 
-    The threshold never exceeds the number of active requests, so a lone request cannot wait forever.
+    With ``n`` requests active the threshold in force is ``min(B, max(1, n - peer_slack))``: a threshold
+    vector feasible for the configured concurrency stays feasible (``sum(B_i - 1) < n``) when requests finish
+    and fewer remain, so the closed system never deadlocks. At ``n`` equal to a concurrency the vector is
+    feasible for, nothing is clamped.
     """
 
     threshold: int = 1
     table: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
     max_wait_s: float | None = None
     max_batch: int = 256
+    peer_slack: int = 0
 
     def __post_init__(self) -> None:
         if self.threshold < 1:
             raise ConfigError("threshold", f"must be >= 1, got {self.threshold}")
         if self.max_batch < 1:
             raise ConfigError("max_batch", f"must be >= 1, got {self.max_batch}")
+        if self.peer_slack < 0:
+            raise ConfigError("peer_slack", f"must be >= 0, got {self.peer_slack}")
         if self.max_wait_s is not None and self.max_wait_s < 0:
             raise ConfigError("max_wait_s", f"must be >= 0, got {self.max_wait_s}")
         for active, b in self.table.items():
@@ -39,9 +46,9 @@ class BatchingPolicy:
                 raise ConfigError("table", f"entry {active}: {b} must have both >= 1")
         object.__setattr__(self, "table", MappingProxyType(dict(sorted(self.table.items()))))
 
-    def __reduce__(self) -> tuple[type[BatchingPolicy], tuple[int, dict[int, int], float | None, int]]:
+    def __reduce__(self) -> tuple[type[BatchingPolicy], tuple[int, dict[int, int], float | None, int, int]]:
         # MappingProxyType cannot be pickled; rebuild from a plain dict (policies cross process boundaries).
-        return (BatchingPolicy, (self.threshold, dict(self.table), self.max_wait_s, self.max_batch))
+        return (BatchingPolicy, (self.threshold, dict(self.table), self.max_wait_s, self.max_batch, self.peer_slack))
 
     def threshold_for(self, num_active: int | None) -> int:
         """The threshold in force when ``num_active`` requests are active (None: unknown)."""
@@ -52,7 +59,7 @@ class BatchingPolicy:
             if idx >= 0:
                 b = self.table[keys[idx]]
         if num_active is not None:
-            b = min(b, max(num_active, 1))
+            b = min(b, max(num_active - self.peer_slack, 1))
         return min(b, self.max_batch)
 
     def should_launch(self, num_ready: int, oldest_ready: float, now: float, num_active: int | None) -> bool:
@@ -85,3 +92,21 @@ def check_feasible(thresholds: Sequence[int], num_requests: int) -> None:
 
 def is_feasible(thresholds: Sequence[int], num_requests: int) -> bool:
     return all(1 <= b <= num_requests for b in thresholds) and sum(b - 1 for b in thresholds) < num_requests
+
+
+def policies_for(
+    thresholds: Sequence[int],
+    *,
+    max_batch: int | Sequence[int] = 256,
+    max_wait_s: float | None = None,
+) -> tuple[BatchingPolicy, ...]:
+    """One policy per model for a threshold vector, each knowing its peers' slack so the vector stays
+    deadlock-free as the number of active requests falls."""
+    caps = [max_batch] * len(thresholds) if isinstance(max_batch, int) else list(max_batch)
+    if len(caps) != len(thresholds):
+        raise ConfigError("max_batch", f"needs one value per model ({len(thresholds)}), got {len(caps)}")
+    total = sum(b - 1 for b in thresholds)
+    return tuple(
+        BatchingPolicy(threshold=b, max_wait_s=max_wait_s, max_batch=cap, peer_slack=total - (b - 1))
+        for b, cap in zip(thresholds, caps, strict=True)
+    )

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from trcore import BatchingPolicy, ConfigError
+from trcore import ConfigError, policies_for
 from trcore.traces import RequestTrace, replay_decisions
 from trsim.config import SimConfig
 from trsim.latency import ConstantModel, LatencyModel
@@ -39,7 +39,7 @@ def markov_config(
         params["C"] = [list(map(float, row)) for row in C]
     return SimConfig(
         latency=tuple(models),
-        policies=tuple(BatchingPolicy(threshold=int(b)) for b in thresholds),
+        policies=policies_for([int(b) for b in thresholds]),
         router=RouterConfig("markov", params),
         workload=replace(base, concurrency=concurrency),
         seed=seed,

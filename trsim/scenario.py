@@ -17,6 +17,7 @@ Relative paths (profiles, traces, lengths files) are resolved against the scenar
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -153,7 +154,7 @@ def scenario_config(scenario: Scenario, base_dir: str | Path = ".") -> SimConfig
     n = len(scenario.models)
     config = SimConfig(
         latency=tuple(_latency(m.latency, base, f"models[{i}].latency") for i, m in enumerate(scenario.models)),
-        policies=tuple(_policy(m) for m in scenario.models),
+        policies=_policies(scenario.models),
         router=_router(scenario.router),
         workload=_workload(scenario.workload, base),
         signals=SignalConfig(**scenario.signals.model_dump()),
@@ -188,9 +189,15 @@ def _latency(spec: LatencySpec, base: Path, where: str) -> LatencyModel:
     return make_latency_model(name, spec.coefficients)
 
 
-def _policy(spec: ModelSpec) -> BatchingPolicy:
+def _policies(specs: Sequence[ModelSpec]) -> tuple[BatchingPolicy, ...]:
+    # Each model knows its peers' slack, so thresholds stay deadlock-free as requests finish.
+    total = sum(m.threshold - 1 for m in specs)
+    return tuple(_policy(m, total - (m.threshold - 1)) for m in specs)
+
+
+def _policy(spec: ModelSpec, peer_slack: int) -> BatchingPolicy:
     max_wait = spec.max_wait_ms / 1000 if spec.max_wait_ms is not None else None
-    return BatchingPolicy(spec.threshold, spec.table, max_wait, spec.max_batch)
+    return BatchingPolicy(spec.threshold, spec.table, max_wait, spec.max_batch, peer_slack)
 
 
 def _router(spec: RouterSpec) -> RouterConfig:

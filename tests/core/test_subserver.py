@@ -1,9 +1,11 @@
 """The subserver state machine driven by hand-built step results."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.factories import ScriptedProgram, make_arrival, make_step, make_subserver
-from trcore import CLIENT, ProtocolError, RequestStatus
+from trcore import CLIENT, ProtocolError, RequestStatus, is_feasible
 
 
 def step_all(sub, tokens, now=1.0):
@@ -39,13 +41,13 @@ def test_handoff_sends_only_unseen_tokens_and_anchors_advance():
     a.receive(make_arrival(max_tokens=10), 0.0)
     step_all(a, [10])
     _, out = step_all(a, [11])
-    (dest, msg), = out
+    ((dest, msg),) = out
     assert dest == 1 and msg.start == 0 and msg.token_ids == (1, 2, 3, 10, 11) and msg.spec is not None
     assert a.requests["r0"].status == RequestStatus.PENDING
     b.receive(msg, 2.0)
     batch, out = step_all(b, [12])
     assert batch.num_new_tokens == (5,)
-    (dest, msg), = out
+    ((dest, msg),) = out
     assert dest == 0 and msg.start == 4 and msg.token_ids == (11, 12) and msg.spec is None
     assert msg.anchors == (4, 5)
     a.receive(msg, 3.0)
@@ -58,8 +60,8 @@ def test_dropped_token_is_not_committed_and_peer_regenerates_it():
     a = make_subserver(0, program=ScriptedProgram(0, 2, {"r0": [(1, False)]}))
     a.receive(make_arrival(max_tokens=10), 0.0)
     _, out = step_all(a, [99])
-    (dest, msg), = out
-    assert msg.token_ids == (1, 2, 3)
+    ((dest, msg),) = out
+    assert dest == 1 and msg.token_ids == (1, 2, 3)
     assert a.trace[-1].kept is False
 
 
@@ -139,3 +141,22 @@ def test_protocol_errors_are_reported():
     batch = sub.launch(0.0)
     with pytest.raises(ProtocolError):
         sub.complete(batch, make_step([1, 2], ["a", "x"]), 1.0)
+
+
+def test_peer_slack_keeps_thresholds_feasible_as_requests_finish():
+    from trcore import policies_for
+
+    p0, p1 = policies_for([3, 3])  # feasible for 8 active requests: (3-1) + (3-1) < 8
+    assert p0.threshold_for(8) == 3
+    # with 3 active, (3, 3) could deadlock (2 waiting at each model); each clamps to 3 - 2 = 1
+    assert p0.threshold_for(3) == 1 and p1.threshold_for(3) == 1
+
+
+@given(st.lists(st.integers(1, 12), min_size=1, max_size=4), st.integers(1, 40))
+def test_clamped_thresholds_are_feasible_for_every_active_count(thresholds, n):
+    from trcore import policies_for
+
+    policies = policies_for(thresholds)
+    assert sum(p.threshold_for(n) - 1 for p in policies) < n
+    if is_feasible(thresholds, n):
+        assert [p.threshold_for(n) for p in policies] == thresholds  # nothing clamped where already feasible
