@@ -31,6 +31,7 @@ class SamplingFields(BaseModel):
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
     routing_extra: dict[str, Any] | None = None
+    return_token_ids: bool = False
 
     @property
     def stop_strings(self) -> list[str]:

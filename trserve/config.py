@@ -42,7 +42,7 @@ class ModelConfig(_Strict):
     path: str
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     max_model_len: int = Field(2048, ge=16)
-    block_size: int = Field(16, ge=1)
+    block_size: int = Field(32, ge=1)
     kv_cache_gib: float = Field(1.0, gt=0)
     max_num_seqs: int = Field(64, ge=1)
     placement: PlacementConfig = PlacementConfig()
@@ -128,6 +128,12 @@ class ServeConfig(_Strict):
         if self.batching.tables is not None and len(self.batching.tables) != n:
             raise ValueError(f"batching.tables needs one table per model ({n})")
         _check_disjoint_cpus(self.models)
+        fewest = min(m.max_num_seqs for m in self.models)
+        if self.mode != "per-token" and self.server.max_active_requests > fewest:
+            raise ValueError(
+                f"server.max_active_requests ({self.server.max_active_requests}) must not exceed the models' "
+                f"max_num_seqs ({fewest}): every active request may be resident on every model"
+            )
         return self
 
     @property

@@ -18,7 +18,7 @@ from trcore import RequestSpec
 from trserve.api_models import ChatCompletionRequest, CompletionRequest, SamplingFields
 from trserve.config import ServeConfig
 from trserve.frontend import FrontEnd, Overloaded, Unavailable
-from trserve.generation import GenerationFailed, collect, events_with_text, first_event
+from trserve.generation import ClientGone, GenerationFailed, collect, events_with_text, first_event
 from trserve.http_guards import guard
 from trserve.metrics import Metrics
 from trserve.text import TextStream, Tokenizer
@@ -132,6 +132,10 @@ def _install_error_handlers(app: FastAPI) -> None:
         param = ".".join(loc) or None
         return error_response(400, f"{param or 'body'}: {first.get('msg')}", param=param)
 
+    @app.exception_handler(ClientGone)
+    async def gone(request: Request, exc: ClientGone) -> Response:
+        return Response(status_code=499)  # nginx's "client closed request"; nobody reads it
+
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         return error_response(exc.status_code, str(exc.detail), "not_found" if exc.status_code == 404 else "error")
@@ -180,7 +184,11 @@ async def _generate(
     try:
         if not body.stream:
             pieces, reason = await collect(ctx.frontend, gen, text, request)
-            return JSONResponse(fmt.whole("".join(pieces), reason, len(text.token_ids)))
+            answer = fmt.whole("".join(pieces), reason, len(text.token_ids))
+            if body.return_token_ids:
+                answer["prompt_token_ids"] = ids
+                answer["choices"][0]["token_ids"] = list(text.token_ids)
+            return JSONResponse(answer)
         first = await first_event(ctx.frontend, gen, request)
     except GenerationFailed as exc:
         raise APIError(503, str(exc), "service_unavailable") from None

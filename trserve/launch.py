@@ -111,12 +111,13 @@ class Launcher:
         )
         logf.close()
         worker.pid = worker.process.pid
+        # Registered before the worker can answer: a Ready that arrives while we wait for another worker is kept.
+        self.frontend.ready_waiters[spec.index] = asyncio.get_running_loop().create_future()
         self.frontend.connect(spec.index, self.spec.endpoints.inbox(spec.index))
 
     async def _await_ready(self, worker: Worker, timeout_s: float) -> Ready:
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Ready] = loop.create_future()
-        self.frontend.ready_waiters[worker.spec.index] = fut
+        fut = self.frontend.ready_waiters[worker.spec.index]
         deadline = loop.time() + timeout_s
         while not fut.done():
             assert worker.process is not None

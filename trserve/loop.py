@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from trcore import CLIENT, Batch, PeerReq, Request, StepResult, Subserver
-from trserve.messages import Abort, Finished, Probe, Rewire, Shutdown, State, StepReport
+from trserve.messages import Abort, Failed, Finished, Probe, Rewire, Shutdown, State, StepReport
 from trserve.transport import FRONTEND
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,8 @@ class SubserverLoop:
     """Runs one model: ``run()`` returns after a :class:`Shutdown` message or when the parent process dies.
 
     ``make_item(request_id, new_token_ids, sampling)`` builds the engine's per-request step input;
-    ``read_active()`` gives the system-wide active-request count (threshold tables)."""
+    ``read_active()`` gives the system-wide active-request count (threshold tables). A step that raises
+    ``step_error`` fails only its batch's requests; any other exception ends the process."""
 
     def __init__(
         self,
@@ -65,6 +66,7 @@ class SubserverLoop:
         read_active: Callable[[], int] = lambda: 0,
         clock: Callable[[], float] = time.monotonic,
         idle_poll_s: float = IDLE_POLL_S,
+        step_error: type[Exception] = RuntimeError,
     ) -> None:
         self.sub = sub
         self.engine = engine
@@ -73,6 +75,7 @@ class SubserverLoop:
         self.read_active = read_active
         self.clock = clock
         self.idle_poll_s = idle_poll_s
+        self.step_error = step_error
         self.stats = LoopStats()
         self.is_stopping = False
         self._tombstones: dict[str, float] = {}
@@ -156,7 +159,11 @@ class SubserverLoop:
         items = [self.make_item(r.request_id, _unseen(r, self.model), r.spec.sampling) for r in batch.requests]
         outputs_before = [r.num_output_tokens for r in batch.requests]
         started = time.perf_counter()
-        outs = self.engine.step(items)  # an engine failure ends the process; the front end fails its requests
+        try:
+            outs = self.engine.step(items)
+        except self.step_error as exc:  # this batch cannot run (the engine released it); keep serving the rest
+            self._fail_batch(batch, f"model {self.model} could not step the request: {exc}")
+            return
         step_s = time.perf_counter() - started
         result = StepResult(
             token_ids=[o.token_id for o in outs],
@@ -198,6 +205,16 @@ class SubserverLoop:
             tokens=tokens,
             finished=finished,
         )
+
+    def _fail_batch(self, batch: Batch, message: str) -> None:
+        failed = []
+        for req in batch.requests:
+            self._forget(req.request_id)
+            failed.append(Failed(req.request_id, message))
+        self.sub.running = None  # the batch will never complete; its requests are gone
+        report = StepReport(self.model, batch.size, 0, 0.0, self.sub.num_ready, len(self.sub.requests), 0,
+                            self.engine.kv_usage(), failed=failed)  # fmt: skip
+        self.mailbox.send(FRONTEND, report)
 
     def state(self, token: int) -> State:
         """This model's resident requests, KV usage and resident memory."""

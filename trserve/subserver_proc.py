@@ -64,15 +64,15 @@ class HashStepItem:
     sampling: Any
 
 
-def start_engine(spec: RunSpec, model: int) -> tuple[Any, Any]:
-    """The model's engine and its step-item constructor, for the configured backend."""
+def start_engine(spec: RunSpec, model: int) -> tuple[Any, Any, type[Exception]]:
+    """The model's engine, its step-item constructor and the error a failed step raises."""
     if spec.config.backend == "hash":
         from trserve.hash_engine import HashEngine
 
-        return HashEngine(model, step_s=0.005), HashStepItem
-    from trserve.engine import StepEngine, StepItem
+        return HashEngine(model, step_s=0.005), HashStepItem, RuntimeError
+    from trserve.engine import EngineStepError, StepEngine, StepItem
 
-    return StepEngine(engine_config(spec, model)), StepItem
+    return StepEngine(engine_config(spec, model)), StepItem, EngineStepError
 
 
 def _die_with_parent() -> None:
@@ -88,14 +88,14 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 def run(spec: RunSpec, model: int) -> None:
     """Start model ``model`` and serve until shutdown."""
     program = build_program(spec, model)
-    engine, make_step_item = start_engine(spec, model)
+    engine, make_step_item, step_error = start_engine(spec, model)
     try:
         check_signals(program, engine.available_signals)
         book = spec.endpoints.address_book()
         mailbox = Mailbox(book.pop(model), book)
         active = ActiveCounter(spec.endpoints.active_file)
         sub = Subserver(program, spec.policy(model))
-        loop = SubserverLoop(sub, engine, mailbox, make_step_item, read_active=active.read)
+        loop = SubserverLoop(sub, engine, mailbox, make_step_item, read_active=active.read, step_error=step_error)
         signals = tuple(sorted(engine.available_signals))
         mailbox.send(FRONTEND, Ready(model, os.getpid(), engine.kv_usage(), signals))
         log.info("model %d (%s) ready: policy %s", model, spec.config.models[model].name, sub.policy)

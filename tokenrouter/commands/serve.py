@@ -60,3 +60,7 @@ def demo(
     status = run_demo(cfg, config, num_requests=num_requests, concurrency=concurrency, max_tokens=max_tokens)
     if status:
         raise typer.Exit(status)
+
+
+if __name__ == "__main__":  # `python -m tokenrouter.commands.serve` = `tokenrouter serve` (used by ServerProcess)
+    typer.run(serve)

@@ -1,0 +1,99 @@
+"""Session-scoped servers for the server tests: ``tokenrouter serve`` started once, shared by every test.
+
+* ``vllm_server``: the real thing on the local pair (model 0 = large, model 1 = small), float32, routed by the
+  ``schedule`` program so each request can carry its own hand-off schedule or hand-off probability;
+* ``hash_server``: the same machinery on the hash stand-in engine (starts in seconds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from tests.serve.engine_support import model_dirs
+from trserve.server_process import ServerProcess
+
+API_KEY = "test-key"
+MODEL = "tokenrouter"
+MAX_MODEL_LEN = 512
+MAX_ACTIVE = 64
+MAX_WAITING = 32
+MAX_BODY = 65536
+
+
+@dataclass
+class Served:
+    """A running server and what tests need to talk to it."""
+
+    process: ServerProcess
+    model_dirs: tuple[str, ...]  # model 0, model 1
+    backend: str
+
+    @property
+    def url(self) -> str:
+        return self.process.url
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {API_KEY}"}
+
+    def client(self, **kw: Any) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers=self.headers, timeout=kw.pop("timeout", 300.0), **kw)
+
+    def async_client(self, **kw: Any) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=self.url, headers=self.headers, timeout=kw.pop("timeout", 300.0), **kw)
+
+    def state(self) -> dict[str, Any]:
+        with self.client() as c:
+            response = c.get("/debug/state")
+            response.raise_for_status()
+            result: dict[str, Any] = response.json()
+            return result
+
+
+def server_config(dirs: tuple[str, ...], backend: str = "vllm", **server: Any) -> dict[str, Any]:
+    model = {"dtype": "float32", "max_model_len": MAX_MODEL_LEN, "block_size": 32, "kv_cache_gib": 0.5,
+             "max_num_seqs": MAX_ACTIVE}  # fmt: skip
+    return {
+        "backend": backend,
+        "handoff": "session",
+        "models": [{"name": "large", "path": dirs[0], **model}, {"name": "small", "path": dirs[1], **model}],
+        "router": {"program": "schedule", "params": {"handoff_prob": 0.0, "seed": 0}},
+        "batching": {"thresholds": [1, 1], "max_wait_ms": 5.0},
+        "server": {"api_key": API_KEY, "max_active_requests": MAX_ACTIVE, "max_waiting_requests": MAX_WAITING,
+                   "max_body_bytes": MAX_BODY, "restart": {"enabled": True, "max_restarts": 2}, **server},
+    }  # fmt: skip
+
+
+def start_served(tmp: Path, config: dict[str, Any], dirs: tuple[str, ...]) -> Iterator[Served]:
+    path = tmp / "serve.yaml"
+    path.write_text(yaml.safe_dump(config))
+    process = ServerProcess(path)
+    try:
+        process.start(timeout_s=900)
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+    try:
+        yield Served(process, dirs, config["backend"])
+    finally:
+        process.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    large, small = model_dirs()
+    dirs = (large, small)
+    yield from start_served(tmp_path_factory.mktemp("vllm-server"), server_config(dirs), dirs)
+
+
+@pytest.fixture(scope="session")
+def hash_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    large, small = model_dirs()
+    dirs = (large, small)
+    yield from start_served(tmp_path_factory.mktemp("hash-server"), server_config(dirs, backend="hash"), dirs)
