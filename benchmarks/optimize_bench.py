@@ -1,12 +1,12 @@
 """How long the throughput model's optimizer takes over the whole feasible threshold set.
 
-    .venv/bin/python benchmarks/optimize_bench.py [--repeats 3] [--workers 1 2] [--reference]
+    .venv/bin/python benchmarks/optimize_bench.py [--repeats 3] [--workers 1 2] [--reference m2_n16]
 
 Scenarios: the issue's M = 2, N = 16 target (6.0 / 27.9 ms on a 0.1 ms quantum, R2R-like P and C; must finish
 within 10 s on the 2-core machine) and M = 3, N = 8 (6 / 12 / 28 ms). Per scenario and worker count: wall and
 CPU seconds of `ThroughputModel.optimize` (median and best of the repeats; CPU includes worker processes), the
 states explored once for all candidates, the states of every candidate's chain, and where the time goes
-(shared exploration vs reading off and solving each chain). ``--reference`` also times the straightforward
+(shared exploration vs reading off and solving each chain). ``--reference NAME`` also times the straightforward
 method of tests/core/test_throughput_reference.py (pure-Python BFS per candidate, plain sparse solve) and
 records the largest relative difference of the two methods' throughputs. Writes
 benchmarks/results/optimize.json; the machine is shared, so CPU time is reported next to wall time.
@@ -125,7 +125,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=list(SCENARIOS))
-    parser.add_argument("--reference", action="store_true", help="also time the straightforward method (slow)")
+    parser.add_argument(
+        "--reference", nargs="*", default=[], choices=list(SCENARIOS), help="also time the straightforward method"
+    )
     args = parser.parse_args()
     report: dict[str, Any] = {
         "command": "benchmarks/optimize_bench.py " + " ".join(sys.argv[1:]),
@@ -136,7 +138,7 @@ def main() -> None:
         s = SCENARIOS[name]
         entry: dict[str, Any] = {"scenario": s, "breakdown": breakdown(s)}
         entry["runs"] = [time_optimize(s, w, args.repeats) for w in args.workers]
-        if args.reference:
+        if name in args.reference:
             entry["reference"] = reference(s)
         report["scenarios"][name] = entry
         print(name, json.dumps(entry["runs"]), flush=True)

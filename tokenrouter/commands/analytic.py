@@ -192,11 +192,13 @@ def _print_throughput(result: ThroughputResult, num_requests: int) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"Throughput model, {num_requests} concurrent requests")
+    console = Console()
+    console.print(f"Throughput model, {num_requests} concurrent requests")
+    table = Table()
     for name in ("thresholds", "tok/s", "states"):
         table.add_column(name, justify="right")
     table.add_row(_vector(result.thresholds), f"{result.throughput_tok_s:.2f}", str(result.num_states))
-    Console().print(table)
+    console.print(table)
 
 
 def _print_optimize(result: OptimizeResult, ranked: list[ThroughputResult], num_requests: int) -> None:
@@ -205,7 +207,8 @@ def _print_optimize(result: OptimizeResult, ranked: list[ThroughputResult], num_
 
     console = Console()
     total_states = sum(c.num_states for c in ranked)
-    table = Table(title=f"{len(ranked)} feasible threshold vectors, {num_requests} concurrent requests")
+    console.print(f"{len(ranked)} feasible threshold vectors, {num_requests} concurrent requests, best first")
+    table = Table()
     for name in ("", "thresholds", "tok/s", "vs best", "states"):
         table.add_column(name, justify="right")
     for c in ranked:
