@@ -93,6 +93,13 @@ def test_bad_model_input_names_the_field(kwargs, field):
     assert info.value.field == field
 
 
+def test_too_many_states_is_an_error_not_a_runaway():
+    model = ThroughputModel(R2R_P, R2R_C, [0.006, 0.0279], max_states=1000)
+    with pytest.raises(ConfigError, match="more than 1000 states") as info:
+        model.optimize(16)
+    assert info.value.field == "concurrency"
+
+
 def test_latencies_are_rounded_to_the_quantum_and_reduced_by_their_gcd():
     model = ThroughputModel(R2R_P, R2R_C, [0.006, [0.0279, 0.03]], quantum_s=1e-4)
     assert model.spec.latency_units == ((20,), (93, 100))

@@ -13,7 +13,7 @@ from trcore.throughput.chain import chain_for
 from trcore.throughput.rules import AnyFeasible, FixedThresholds
 from trcore.throughput.solve import throughput_tok_s
 from trcore.throughput.spec import ChainSpec, LatencySpec, build_spec
-from trcore.throughput.universe import Universe, explore
+from trcore.throughput.universe import MAX_STATES, Universe, explore
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,9 @@ class ThroughputModel:
 
     ``P``, ``C``: M x M routing probabilities (rows sum to 1) and committed tokens per request-step;
     ``latency_s``: per model a constant in seconds or a list indexed by batch size - 1 (larger batches use the
-    last entry); ``quantum_s``: the time grid latencies are rounded to; ``max_batch``: per-model batch caps.
-    Invalid input raises ``ConfigError`` naming the field.
+    last entry); ``quantum_s``: the time grid latencies are rounded to; ``max_batch``: per-model batch caps;
+    ``max_states``: explored states allowed before giving up. Invalid input raises ``ConfigError`` naming the
+    field.
     """
 
     def __init__(
@@ -53,8 +54,10 @@ class ThroughputModel:
         latency_s: Sequence[LatencySpec],
         quantum_s: float = 1e-4,
         max_batch: Sequence[int] | None = None,
+        max_states: int = MAX_STATES,
     ) -> None:
         self.spec: ChainSpec = build_spec(P, C, latency_s, quantum_s, max_batch)
+        self.max_states = max_states
 
     @property
     def num_models(self) -> int:
@@ -74,7 +77,7 @@ class ThroughputModel:
         check_feasible(thresholds, num_requests)
         num_requests = int(num_requests)
         rule = FixedThresholds(tuple(int(b) for b in thresholds), self.spec.batch_caps(num_requests))
-        return solve_in(self.spec, explore(self.spec, num_requests, rule), rule)
+        return solve_in(self.spec, explore(self.spec, num_requests, rule, self.max_states), rule)
 
     def optimize(self, num_requests: int, clock: Callable[[], float] | None = None, workers: int = 1) -> OptimizeResult:
         """Solve every feasible threshold vector and return the best (ties: the first in enumeration order).
@@ -90,7 +93,7 @@ class ThroughputModel:
         check_feasible([1] * self.num_models, num_requests)
         num_requests = int(num_requests)
         caps = self.spec.batch_caps(num_requests)
-        universe = explore(self.spec, num_requests, AnyFeasible(num_requests, caps))
+        universe = explore(self.spec, num_requests, AnyFeasible(num_requests, caps), self.max_states)
         rules = [FixedThresholds(b, caps) for b in feasible_thresholds(caps, num_requests)]
         candidates = _solve_many(self.spec, universe, rules, workers)
         best = max(candidates, key=lambda c: c.throughput_tok_s)

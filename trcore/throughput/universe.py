@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from trcore.errors import ConfigError
 from trcore.throughput.rules import LaunchRule
 from trcore.throughput.spec import ChainSpec
 from trcore.throughput.states import IntArray, Layout, SplitTable, initial_rows, launch, next_epochs
@@ -87,8 +88,13 @@ class _Level:
     next_rows: IntArray
 
 
-def explore(spec: ChainSpec, num_requests: int, rule: LaunchRule) -> Universe:
-    """Every state reachable from the initial one when launches follow ``rule``."""
+#: Default cap on explored states: past it memory (about 1 kB per state with its transitions) and time run away.
+MAX_STATES = 1_000_000
+
+
+def explore(spec: ChainSpec, num_requests: int, rule: LaunchRule, max_states: int = MAX_STATES) -> Universe:
+    """Every state reachable from the initial one when launches follow ``rule`` (``ConfigError`` past
+    ``max_states``)."""
     layout = Layout.of(spec, num_requests)
     splits = SplitTable(spec.P)
     per_step = np.asarray(spec.tokens_per_request_step, dtype=np.float64)
@@ -104,6 +110,12 @@ def explore(spec: ChainSpec, num_requests: int, rule: LaunchRule) -> Universe:
         first_state += len(frontier)
         first_outcome += len(level.outcome_prob)
         frontier = new_rows
+        if first_state + len(frontier) > max_states:
+            raise ConfigError(
+                "concurrency",
+                f"{num_requests} requests give more than {max_states} states: use fewer requests, a coarser "
+                "quantum or smaller max batches",
+            )
 
     def cat(name: str) -> Any:
         return np.concatenate([getattr(level, name) for level, _ in parts])
