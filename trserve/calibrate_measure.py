@@ -11,12 +11,20 @@ prompts of extend and hand-off cells, which are re-used on purpose so their set-
 from __future__ import annotations
 
 import contextlib
+import itertools
 import random
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from trserve.calibrate_plan import SETUP_STEP_TOKENS, CalibrationPlan, DecodeLevel, ExtendCell, recomputed_tokens
+from trserve.calibrate_plan import (
+    SETUP_STEP_TOKENS,
+    CalibrationPlan,
+    DecodeLevel,
+    ExtendCell,
+    RetryPolicy,
+    recomputed_tokens,
+)
 from trserve.engine import StepEngine, StepItem, TokenOut
 from trserve.engine_handoff import handoff_mode
 
@@ -29,19 +37,34 @@ Cell = tuple[int, int, int]
 
 
 class Meter:
-    """Steps the engine, times each step, and reports progress (steps done, steps planned, what runs now)."""
+    """Steps the engine, times each step, and reports progress (steps done, steps to run, what runs now); timed
+    steps that waited for a core are taken again as ``retries`` decides."""
 
-    def __init__(self, engine: StepEngine, total: int, report: Report) -> None:
-        self.engine, self.total, self.report = engine, total, report
+    def __init__(self, engine: StepEngine, total: int, report: Report, retries: RetryPolicy) -> None:
+        self.engine, self.total, self.report, self.retries = engine, total, report, retries
         self.done, self.label = 0, ""
+        self.retry_steps = self._attempt_start = 0
 
     def step(self, items: list[StepItem]) -> tuple[list[TokenOut], float, float]:
         wall, cpu = time.perf_counter(), time.process_time()
         outs = self.engine.step(items)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         self.done += 1
-        self.report(self.done, self.total, self.label)
+        self.report(self.done, self.total + self.retry_steps, self.label)
         return outs, wall, cpu
+
+    def begin_attempt(self) -> None:
+        self._attempt_start = self.done
+
+    def retry(self, attempt: int, *timings: tuple[float, float]) -> bool:
+        """Whether to take this attempt's steps again (its timed steps' ``(wall, cpu)`` say one waited)."""
+        if self.retries.should_retry(attempt, timings):
+            self.retry_steps += self.done - self._attempt_start
+            return True
+        return False
+
+    def summary(self) -> dict[str, Any]:
+        return {"planned": self.total, "run": self.done, "retried_steps": self.retry_steps, **self.retries.summary()}
 
 
 class Recorder:
@@ -79,20 +102,22 @@ class Prompts:
         return self._bases[key]
 
 
-def run_plan(engine: StepEngine, plan: CalibrationPlan, report: Report) -> dict[str, Any]:
-    """Run every cell of ``plan``; returns ``{"samples": [...], "handoff": [...]}`` (raw records)."""
-    meter, rec = Meter(engine, plan.num_steps, report), Recorder(engine.config.block_size)
-    prompts = Prompts(plan.grid.seed)
+def run_plan(engine: StepEngine, plan: CalibrationPlan, report: Report, check_waits: bool = True) -> dict[str, Any]:
+    """Run every cell of ``plan``; returns ``{"samples": [...], "handoff": [...], "steps": {...}}`` (raw records).
+    ``check_waits``: retry steps that waited for a core (CPU placements; CPU time means nothing next to a GPU)."""
+    grid = plan.grid
+    limit = grid.max_wall_over_cpu if check_waits and grid.max_wall_over_cpu else None
+    meter = Meter(engine, plan.num_steps, report, RetryPolicy(limit, grid.max_tries, plan.num_steps // 2))
+    rec, prompts = Recorder(engine.config.block_size), Prompts(grid.seed)
     for level in plan.decode:
-        _decode_level(meter, rec, level, plan.grid.warmup, plan.grid.rounds, prompts)
-    for rnd in range(plan.grid.rounds):
-        timed = rnd >= plan.grid.warmup
+        _decode_level(meter, rec, level, grid.warmup, grid.rounds, prompts)
+    for rnd in range(grid.rounds):
+        timed = rnd >= grid.warmup
         for cell in plan.extend:
             _extend_cell(meter, rec, cell, rnd, timed, prompts)
         for ctx in plan.handoff_contexts:
-            _handoff_pair(meter, rec, ctx, plan.grid.handoff_peer_tokens, rnd, timed, prompts)
-    steps = {"planned": plan.num_steps, "run": meter.done}
-    return {"samples": rec.samples, "handoff": rec.handoff, "steps": steps}
+            _handoff_pair(meter, rec, ctx, grid.handoff_peer_tokens, rnd, timed, prompts)
+    return {"samples": rec.samples, "handoff": rec.handoff, "steps": meter.summary()}
 
 
 def _decode_level(meter: Meter, rec: Recorder, level: DecodeLevel, warmup: int, rounds: int, prompts: Prompts) -> None:
@@ -112,14 +137,19 @@ def _decode_level(meter: Meter, rec: Recorder, level: DecodeLevel, warmup: int, 
         offset = 0
         for rnd in range(rounds):
             for b in level.batch_sizes:
-                chosen = [ids[(offset + k) % n] for k in range(b)]
-                offset = (offset + b) % n
                 meter.label = f"decode batch {b}, context {ctx}"
-                outs, wall, cpu = meter.step([StepItem(rid, [last[rid]]) for rid in chosen])
+                for attempt in itertools.count():
+                    meter.begin_attempt()
+                    chosen = [ids[(offset + k) % n] for k in range(b)]
+                    offset = (offset + b) % n
+                    context_tokens = sum(held[rid] + 1 for rid in chosen)
+                    outs, wall, cpu = meter.step([StepItem(rid, [last[rid]]) for rid in chosen])
+                    for rid, out in zip(chosen, outs, strict=True):
+                        held[rid], last[rid] = held[rid] + 1, out.token_id
+                    if rnd < warmup or not meter.retry(attempt, (wall, cpu)):
+                        break
                 if rnd >= warmup:
-                    rec.sample("decode", (b, ctx, 0), (b, sum(held[rid] + 1 for rid in chosen), 0), wall, cpu)
-                for rid, out in zip(chosen, outs, strict=True):
-                    held[rid], last[rid] = held[rid] + 1, out.token_id
+                    rec.sample("decode", (b, ctx, 0), (b, context_tokens, 0), wall, cpu)
     finally:
         for rid in ids:
             meter.engine.release(rid)
@@ -129,8 +159,18 @@ def _extend_cell(meter: Meter, rec: Recorder, cell: ExtendCell, rnd: int, timed:
     """``batch_size`` requests holding ``context`` tokens (a prefix-cached base prompt) each get ``extend`` + 1
     tokens: the decode token and ``extend`` appended ones; context 0 is a fresh prompt of ``extend`` + 1."""
     b, ctx, ext = cell.batch_size, cell.context, cell.extend
-    ids = [f"cal-e{rnd}-{b}-{ctx}-{ext}-{k}" for k in range(b)]
     meter.label = f"extend {ext} tokens, batch {b}, context {ctx}"
+    for attempt in itertools.count():
+        meter.begin_attempt()
+        wall, cpu = _extend_once(meter, cell, [f"cal-e{rnd}.{attempt}-{b}-{ctx}-{ext}-{k}" for k in range(b)], prompts)
+        if not timed or not meter.retry(attempt, (wall, cpu)):
+            break
+    if timed:
+        rec.sample("extend", (b, ctx, ext), (b, b * (ctx + ext + 1), b * ext), wall, cpu)
+
+
+def _extend_once(meter: Meter, cell: ExtendCell, ids: list[str], prompts: Prompts) -> tuple[float, float]:
+    ctx, ext = cell.context, cell.extend
     try:
         if ctx == 0:
             items = [StepItem(rid, prompts.fresh(ext + 1)) for rid in ids]
@@ -138,8 +178,7 @@ def _extend_cell(meter: Meter, rec: Recorder, cell: ExtendCell, rnd: int, timed:
             outs, _, _ = meter.step([StepItem(rid, prompts.base(ctx, k)) for k, rid in enumerate(ids)])
             items = [StepItem(rid, [out.token_id, *prompts.fresh(ext)]) for rid, out in zip(ids, outs, strict=True)]
         _, wall, cpu = meter.step(items)
-        if timed:
-            rec.sample("extend", (b, ctx, ext), (b, b * (ctx + ext + 1), b * ext), wall, cpu)
+        return wall, cpu
     finally:
         for rid in ids:
             meter.engine.release(rid)
@@ -162,19 +201,28 @@ def _handoff_pair(meter: Meter, rec: Recorder, ctx: int, peer: int, rnd: int, ti
     brings ``peer`` tokens (the request's own last token is re-sent with them, as the anchors say)."""
     modes = ("session", "readmit") if rnd % 2 == 0 else ("readmit", "session")
     for mode in modes:
-        rid = f"cal-h{rnd}-{ctx}-{mode}"
         meter.label = f"hand-off ({mode}), context {ctx}"
-        with using_handoff(meter.engine, mode):
-            try:
-                outs, _, _ = meter.step([StepItem(rid, prompts.base(ctx, 0))])
-                outs, wall, cpu = meter.step([StepItem(rid, [outs[0].token_id])])
-                if timed:
-                    _handoff_record(rec, ctx, peer, mode, "decode", (ctx + 1, 0), wall, cpu)
-                _, wall, cpu = meter.step([StepItem(rid, [outs[0].token_id, *prompts.fresh(peer)])])
-                if timed:
-                    _handoff_record(rec, ctx, peer, mode, "return", (ctx + peer + 2, peer), wall, cpu)
-            finally:
-                meter.engine.release(rid)
+        for attempt in itertools.count():
+            meter.begin_attempt()
+            decode, back = _handoff_once(meter, f"cal-h{rnd}.{attempt}-{ctx}-{mode}", mode, ctx, peer, prompts)
+            if not timed or not meter.retry(attempt, decode, back):
+                break
+        if timed:
+            _handoff_record(rec, ctx, peer, mode, "decode", (ctx + 1, 0), *decode)
+            _handoff_record(rec, ctx, peer, mode, "return", (ctx + peer + 2, peer), *back)
+
+
+def _handoff_once(
+    meter: Meter, rid: str, mode: str, ctx: int, peer: int, prompts: Prompts
+) -> tuple[tuple[float, float], tuple[float, float]]:
+    with using_handoff(meter.engine, mode):
+        try:
+            outs, _, _ = meter.step([StepItem(rid, prompts.base(ctx, 0))])
+            outs, wall, cpu = meter.step([StepItem(rid, [outs[0].token_id])])
+            _, back_wall, back_cpu = meter.step([StepItem(rid, [outs[0].token_id, *prompts.fresh(peer)])])
+            return (wall, cpu), (back_wall, back_cpu)
+        finally:
+            meter.engine.release(rid)
 
 
 def _handoff_record(

@@ -4,7 +4,7 @@ the model's batch limit, context limit and KV cache (pure: no engine, no clock).
 from __future__ import annotations
 
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -22,7 +22,8 @@ class CalibrationGrid:
     (beyond the one decode token) to requests holding ``extend_contexts`` tokens (0 = a fresh prompt), in
     batches of ``extend_batch_sizes``, at most ``max_extend_tokens`` fed per step. Hand-off: a return step
     bringing ``handoff_peer_tokens`` at about each of ``handoff_contexts``, kept session vs readmit. Every cell is
-    timed ``repeats`` times after ``warmup`` untimed rounds."""
+    timed ``repeats`` times after ``warmup`` untimed rounds. On CPU, a timed step whose wall time exceeds
+    ``max_wall_over_cpu`` x its CPU time waited for its core and is taken again (``max_tries`` in all)."""
 
     batch_sizes: tuple[int, ...] | None = None
     contexts: tuple[int, ...] = (64, 256, 1024)
@@ -35,6 +36,8 @@ class CalibrationGrid:
     warmup: int = 1
     max_cell_tokens: int = 8192
     max_extend_tokens: int = 512
+    max_wall_over_cpu: float = 1.25
+    max_tries: int = 3
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -47,9 +50,11 @@ class CalibrationGrid:
                 raise ConfigError(name, "needs at least one value")
             if any(v < low for v in values):
                 raise ConfigError(name, f"values must be >= {low}, got {list(values)}")
-        for name in ("repeats", "handoff_peer_tokens", "max_cell_tokens", "max_extend_tokens"):
+        for name in ("repeats", "handoff_peer_tokens", "max_cell_tokens", "max_extend_tokens", "max_tries"):
             if getattr(self, name) < 1:
                 raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
+        if self.max_wall_over_cpu and self.max_wall_over_cpu <= 1:
+            raise ConfigError("max_wall_over_cpu", f"must be > 1 (or 0: keep every step), got {self.max_wall_over_cpu}")
         if self.warmup < 0:
             raise ConfigError("warmup", f"must be >= 0, got {self.warmup}")
 
@@ -221,3 +226,28 @@ def hardware_tag(accelerator: str | None = None) -> str:
     words = accelerator.replace("_", " ").split()
     kept = [w for w in words if w.lower() not in {"nvidia", "geforce", "tesla", "amd", "radeon"}]
     return "-".join(kept or words).lower()
+
+
+class RetryPolicy:
+    """When a timed step is taken again: on a CPU placement, a step whose wall time exceeds ``wait_limit`` x its
+    CPU time waited for its core (other work shared it). At most ``max_tries`` attempts per sample and ``budget``
+    retries in all; a sample still contended after that is kept, and counted. ``wait_limit`` None: never retry."""
+
+    def __init__(self, wait_limit: float | None, max_tries: int, budget: int) -> None:
+        self.wait_limit, self.max_tries, self.budget = wait_limit, max_tries, budget
+        self.num_retried = self.num_kept_contended = 0
+
+    def should_retry(self, attempt: int, timings: Sequence[tuple[float, float]]) -> bool:
+        """``attempt`` counts from 0; ``timings`` are the attempt's timed ``(wall_s, cpu_s)`` pairs."""
+        limit = self.wait_limit
+        if limit is None or all(wall <= limit * cpu for wall, cpu in timings):
+            return False
+        if attempt + 1 < self.max_tries and self.num_retried < self.budget:
+            self.num_retried += 1
+            return True
+        self.num_kept_contended += 1
+        return False
+
+    def summary(self) -> dict[str, Any]:
+        return {"retried_samples": self.num_retried, "kept_contended": self.num_kept_contended,
+                "wall_over_cpu_limit": self.wait_limit, "max_tries": self.max_tries}  # fmt: skip

@@ -94,7 +94,13 @@ def run_job(job: dict[str, Any], progress: IO[str]) -> dict[str, Any]:
         cfg = engine.config
         plan = make_plan(grid, int(job["max_batch"]), cfg.max_model_len, engine.kv_capacity_tokens, cfg.block_size)
         _emit(progress, event="plan", total=plan.num_steps)
-        raw = run_plan(engine, plan, lambda done, total, label: _emit(progress, event="step", done=done, label=label))
+        on_gpu = spec.placements[model].gpus is not None
+        raw = run_plan(
+            engine,
+            plan,
+            lambda done, total, label: _emit(progress, event="step", done=done, total=total, label=label),
+            check_waits=not on_gpu,
+        )
     finally:
         engine.close()
     load_after = os.getloadavg()

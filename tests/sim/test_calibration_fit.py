@@ -11,6 +11,7 @@ import pytest
 from trcore.errors import ConfigError
 from trserve.calibrate_plan import (
     CalibrationGrid,
+    RetryPolicy,
     check_grid_for_model,
     default_batch_sizes,
     handoff_context,
@@ -193,3 +194,14 @@ def test_grid_values_no_step_of_the_model_can_have_are_rejected():
 
 def test_hardware_tag():
     assert hardware_tag("NVIDIA H200") == "h200" and hardware_tag(None).startswith("cpu-")
+
+
+def test_steps_that_waited_for_a_core_are_retried_within_the_limits():
+    policy = RetryPolicy(wait_limit=1.25, max_tries=3, budget=3)
+    assert not policy.should_retry(0, [(0.050, 0.049), (0.061, 0.050)])  # 1.22: ran on its core
+    assert policy.should_retry(0, [(0.050, 0.049), (0.090, 0.050)])  # one step of the attempt waited
+    assert policy.should_retry(1, [(0.090, 0.050)])
+    assert not policy.should_retry(2, [(0.090, 0.050)])  # third try: kept
+    assert policy.should_retry(0, [(0.090, 0.050)]) and not policy.should_retry(0, [(0.090, 0.050)])  # budget
+    assert policy.summary()["retried_samples"] == 3 and policy.summary()["kept_contended"] == 2
+    assert not RetryPolicy(None, 3, 10).should_retry(0, [(1.0, 0.001)])  # GPU placements: never

@@ -93,7 +93,8 @@ class _ProgressView:
         elif kind == "plan":
             self.progress.update(self.tasks[model], total=event["total"], completed=0)
         elif kind == "step":
-            self.progress.update(self.tasks[model], completed=event["done"], description=f"{model}: {event['label']}")
+            task, description = self.tasks[model], f"{model}: {event['label']}"
+            self.progress.update(task, completed=event["done"], total=event["total"], description=description)
         elif kind == "done":
             self.progress.update(self.tasks[model], description=f"{model}: done")
 
@@ -115,6 +116,12 @@ def summary(name: str, path: Path, profile: Any) -> str:
         lines.append(
             f"  spread (max-min)/median per cell: median {spread['median_spread']:.1%}, worst "
             f"{spread['max_spread']:.1%}; wall/CPU {spread['median_wall_over_cpu']:.2f}"
+        )
+    steps = cal.get("steps") or {}
+    if steps.get("wall_over_cpu_limit"):
+        lines.append(
+            f"  waited for a core (wall > {steps['wall_over_cpu_limit']} x CPU): {steps['retried_samples']} samples "
+            f"taken again, {steps['kept_contended']} kept after {steps['max_tries']} tries"
         )
     for row in cal.get("handoff", []):
         if "return_ratio_readmit_over_session" in row:
