@@ -205,3 +205,18 @@ def test_steps_that_waited_for_a_core_are_retried_within_the_limits():
     assert policy.should_retry(0, [(0.090, 0.050)]) and not policy.should_retry(0, [(0.090, 0.050)])  # budget
     assert policy.summary()["retried_samples"] == 3 and policy.summary()["kept_contended"] == 2
     assert not RetryPolicy(None, 3, 10).should_retry(0, [(1.0, 0.001)])  # GPU placements: never
+
+
+def test_committed_profiles_load_and_predict_their_samples_within_their_mape():
+    from pathlib import Path
+
+    paths = sorted(Path(__file__).resolve().parents[2].glob("calibration/profiles/*/*.json"))
+    measured = [p for p in paths if (load_profile(p).calibration or {}).get("tool") == "tokenrouter calibrate"]
+    assert measured, "no profile written by tokenrouter calibrate is committed"
+    for path in measured:
+        profile = load_profile(path)
+        every = profile.sample_list()
+        for record in [profile.fit, *profile.other_fits]:
+            scope = profile.calibration["fits"][record.model]["samples"]
+            own = every if scope == "all" else [s for s in every if not s.extend_tokens]
+            assert mape(latency_from_profile(profile, record.model), own) == pytest.approx(record.mape, rel=1e-9)
