@@ -72,6 +72,19 @@ def run_spec(cfg: ServeConfig, run_dir: Path, indices: Collection[int]) -> RunSp
     return RunSpec(cfg, paths, ones, placements, Endpoints(str(run_dir), cfg.num_models))
 
 
+def check_request(
+    cfg: ServeConfig, grid: CalibrationGrid, models: Sequence[str] | None, given: Collection[str]
+) -> list[int]:
+    """Everything that can be wrong before an engine starts: model names, grid values the user chose (``given``),
+    model paths. Returns the indices of the models to calibrate."""
+    indices = select_models(cfg, models)
+    for i in indices:
+        m = cfg.models[i]
+        check_grid_for_model(grid, m.name, max_batch(cfg, i), m.max_model_len, given)
+        resolve_model_path(m.path, f"models.{i}.path")
+    return indices
+
+
 def calibrate(
     cfg: ServeConfig,
     grid: CalibrationGrid,
@@ -87,9 +100,7 @@ def calibrate(
     from trserve.calibrate_profile import build_profile
     from trsim.profile import save_profile
 
-    indices = select_models(cfg, models)
-    for i in indices:
-        check_grid_for_model(grid, cfg.models[i].name, max_batch(cfg, i), cfg.models[i].max_model_len, given)
+    indices = check_request(cfg, grid, models, given)
     with tempfile.TemporaryDirectory(prefix="tokenrouter-calibrate-") as tmp:
         spec = run_spec(cfg, Path(tmp), indices)
         spec_path = Path(tmp) / "run.json"

@@ -44,7 +44,7 @@ def test_bad_input_is_one_line_and_exit_2_before_any_engine_starts(tmp_path, arg
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {field}"), result.stderr
-    assert not (tmp_path / "out").exists()
+    assert result.stdout == "" and not (tmp_path / "out").exists()
 
 
 def test_a_model_that_is_not_prepared_is_a_one_line_error(tmp_path):

@@ -35,7 +35,7 @@ def calibrate(
     """Profile step latency (batch x context), prefill/extend and hand-off cost per model; fit and write profiles."""
     from tokenrouter import options as opt
     from tokenrouter.commands.serve import _load
-    from trserve.calibrate import CalibrationError
+    from trserve.calibrate import CalibrationError, check_request
     from trserve.calibrate import calibrate as run
     from trserve.calibrate_plan import grid_from_options
 
@@ -50,9 +50,10 @@ def calibrate(
     cfg = _load(config, None, None)
     names = [n.strip() for n in models.split(",") if n.strip()] if models else None
     command = "tokenrouter calibrate " + shlex.join(_given(locals_=locals()))
+    given = [k for k, v in chosen.items() if v is not None]
+    check_request(cfg, grid, names, given)
     try:
         with _ProgressView() as view:
-            given = [k for k, v in chosen.items() if v is not None]
             written = run(cfg, grid, out, names, hardware_tag, command.strip(), view.on_event, given)
     except CalibrationError as exc:
         print(f"error: {exc}", file=sys.stderr)
