@@ -36,6 +36,10 @@ def _register() -> None:
 
     app.command("calibrate")(calibrate.calibrate)
 
+    from tokenrouter.commands import crossval
+
+    app.command("crossval")(crossval.crossval)
+
 
 _register()
 

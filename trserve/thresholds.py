@@ -1,14 +1,18 @@
 """The batching thresholds of a run: given in the config, defaulted, or ``auto`` from the throughput model.
 
 ``auto`` needs two inputs measured on this machine: a calibration profile per model (step latency as a function
-of batch size; ``tokenrouter calibrate`` writes them under ``calibration/<hardware tag>/<model>.json``) and
-routing statistics (P, C: from recorded routing traces, or the routing program's own ``P``/``C`` parameters).
+of batch size and context; ``tokenrouter calibrate`` writes them under
+``calibration/profiles/<hardware tag>/<model>.json``) and routing statistics (P, C: estimated from recorded
+routing traces, e.g. those ``tokenrouter crossval`` writes, or the routing program's own ``P``/``C`` parameters).
+The optimizer's choice is logged at start-up with its inputs.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,9 +20,14 @@ from typing import Any
 from trcore.errors import ConfigError
 from trserve.config import ServeConfig
 
+log = logging.getLogger("trserve.thresholds")
+
 #: Context length per request at which profile latencies are evaluated (a typical short chat turn).
 TYPICAL_CONTEXT = 256
-REPO_CALIBRATION_DIR = Path(__file__).resolve().parents[1] / "calibration"
+REPO_CALIBRATION_DIR = Path(__file__).resolve().parents[1] / "calibration" / "profiles"
+#: Time grid of the throughput model for ``auto``: this fraction of the shortest step (finer grids grow the chain
+#: without changing the optimum; at 1/10 a 16-request optimization takes seconds).
+QUANTUM_FRACTION = 0.1
 
 
 def resolve_thresholds(cfg: ServeConfig, model_paths: Sequence[str] = ()) -> list[int]:
@@ -50,65 +59,88 @@ def hardware_tag() -> str:
     return f"cpu-{os.cpu_count()}core"
 
 
-def load_profile(cfg: ServeConfig, model: int) -> dict[str, Any]:
-    """Model ``model``'s calibration profile for this machine, or a ConfigError that says how to make one."""
+def profile_path(cfg: ServeConfig, model: int) -> Path:
+    """Where model ``model``'s profile for this machine lives: ``<calibration_dir>/<tag>/<name>.json``."""
     base = Path(cfg.batching.auto.calibration_dir) if cfg.batching.auto.calibration_dir else REPO_CALIBRATION_DIR
-    tag = hardware_tag()
-    name = cfg.models[model].name
-    path = base / tag / f"{name}.json"
+    return base / hardware_tag() / f"{cfg.models[model].name}.json"
+
+
+def load_profile(cfg: ServeConfig, model: int) -> Any:
+    """Model ``model``'s calibration profile (``trsim.profile.LatencyProfile``), or a ConfigError that says how
+    to make one."""
+    from trsim.profile import load_profile as read_profile
+
+    path = profile_path(cfg, model)
     if not path.is_file():
         raise ConfigError(
             "batching.thresholds",
-            f"auto needs a calibration profile of model {name!r} on this machine ({tag}), but {path} does not "
-            "exist; run `tokenrouter calibrate` first, or give the thresholds as a list",
+            f"auto needs a calibration profile of model {cfg.models[model].name!r} on this machine "
+            f"({hardware_tag()}), but {path} does not exist; run `tokenrouter calibrate` first, or give the "
+            "thresholds as a list",
         )
-    profile: dict[str, Any] = json.loads(path.read_text())
-    return profile
+    return read_profile(path)
 
 
-def profile_latency(profile: dict[str, Any], batch_size: int, context: int = TYPICAL_CONTEXT) -> float:
-    """Decode-step latency (s) at ``batch_size`` from the profile's linear fit."""
-    fits = profile.get("fits") or {}
-    if "linear" not in fits:
-        raise ConfigError("calibration", "profile has no linear latency fit; re-run `tokenrouter calibrate`")
-    c = fits["linear"]["coefficients"]
-    value = (
-        c.get("intercept", 0.0)
-        + c.get("batch_size", 0.0) * batch_size
-        + c.get("total_context", 0.0) * batch_size * context
-    )
-    return max(float(value), 1e-6)
+def profile_latency(profile: Any, batch_size: int, context: int = TYPICAL_CONTEXT) -> float:
+    """Decode-step latency (s) at ``batch_size``, every request holding ``context`` tokens, from the profile's
+    preferred fit."""
+    from trsim.profile import latency_from_profile
+
+    return float(latency_from_profile(profile).predict(batch_size, batch_size * context, 0))
 
 
-def routing_matrices(cfg: ServeConfig) -> tuple[list[list[float]], list[list[float]]]:
-    """P and C: from recorded routing traces (JSONL), or from the routing program's ``P``/``C`` parameters."""
+def routing_matrices(cfg: ServeConfig) -> tuple[list[list[float]], list[list[float]], str]:
+    """P, C and where they came from: recorded routing traces (JSONL, ``trcore.traces`` format) or the routing
+    program's ``P``/``C`` parameters."""
     traces = cfg.batching.auto.routing_traces
     if traces:
         from trcore.routing_stats import estimate_routing_stats
+        from trcore.traces import trace_from_dict
 
-        lines = [json.loads(line) for line in Path(traces).read_text().splitlines() if line.strip()]
-        stats = estimate_routing_stats(lines, num_models=cfg.num_models)
-        return [list(r) for r in stats.P], [list(r) for r in stats.C]
+        path = Path(traces)
+        if not path.is_file():
+            raise ConfigError("batching.auto.routing_traces", f"{path} does not exist")
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+        if not lines:
+            raise ConfigError("batching.auto.routing_traces", f"{path} holds no traces")
+        parsed = [trace_from_dict(json.loads(line), cfg.num_models, where=f"{path.name}:{k + 1}") for k, line in
+                  enumerate(lines)]  # fmt: skip
+        # Closed loop: a finished request is replaced by a new one at the entry model.
+        stats = estimate_routing_stats(parsed, cfg.num_models, entry_model=cfg.entry_model)
+        if stats.unvisited:
+            raise ConfigError("batching.auto.routing_traces", f"no step on model(s) {list(stats.unvisited)}")
+        return [list(r) for r in stats.P], [list(r) for r in stats.C], f"{len(parsed)} traces in {path}"
     params = cfg.router.params
     if "P" in params:
         n = cfg.num_models
-        return params["P"], params.get("C") or [[1.0] * n for _ in range(n)]
+        return params["P"], params.get("C") or [[1.0] * n for _ in range(n)], "router.params"
     raise ConfigError(
         "batching.auto.routing_traces",
-        "auto thresholds need routing statistics: record traces of this routing program (JSONL) and name the file here",
+        "auto thresholds need routing statistics: record traces of this routing program (JSONL, e.g. "
+        "`tokenrouter crossval` writes them) and name the file here",
     )
 
 
 def auto_thresholds(cfg: ServeConfig) -> list[int]:
-    """B* = argmax of the throughput model at the configured concurrency."""
+    """B* = argmax of the throughput model at ``batching.auto.concurrency``; logged with its inputs."""
+    from trcore.throughput import ThroughputModel
+
     profiles = [load_profile(cfg, m) for m in range(cfg.num_models)]
-    P, C = routing_matrices(cfg)
-    try:
-        from trcore.throughput import ThroughputModel  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        raise ConfigError("batching.thresholds", "auto needs trcore.throughput, missing from this install") from None
-    max_batch = cfg.batching.max_batch or min(m.max_num_seqs for m in cfg.models)
-    latency = [[profile_latency(p, b) for b in range(1, max_batch + 1)] for p in profiles]
-    model = ThroughputModel(P, C, latency)
-    best = model.optimize(cfg.batching.auto.concurrency)
-    return [int(b) for b in getattr(best, "thresholds", best)]
+    P, C, source = routing_matrices(cfg)
+    n = cfg.batching.auto.concurrency
+    caps = [min(cfg.batching.max_batch or m.max_num_seqs, m.max_num_seqs, n) for m in cfg.models]
+    latency = [[profile_latency(p, b) for b in range(1, cap + 1)] for p, cap in zip(profiles, caps, strict=True)]
+    quantum_s = QUANTUM_FRACTION * min(min(table) for table in latency)
+    best = ThroughputModel(P, C, latency, quantum_s=quantum_s, max_batch=caps).optimize(n)
+    message = (
+        f"thresholds auto: {list(best.thresholds)} (throughput model: {best.throughput_tok_s:.1f} tok/s at "
+        f"{n} concurrent requests, best of {len(best.candidates)}; P={_fmt(P)} C={_fmt(C)} from {source}; "
+        f"latency at context {TYPICAL_CONTEXT} from {[str(profile_path(cfg, m)) for m in range(cfg.num_models)]})"
+    )
+    log.info("%s", message)
+    print(f"tokenrouter: {message}", file=sys.stderr)
+    return [int(b) for b in best.thresholds]
+
+
+def _fmt(matrix: Sequence[Sequence[float]]) -> str:
+    return "[" + ", ".join("[" + ", ".join(f"{x:.3g}" for x in row) + "]" for row in matrix) + "]"

@@ -1,0 +1,93 @@
+"""`tokenrouter crossval`: measure the real server over a grid of cells, predict the same cells with the throughput
+model and the simulator, and write JSON, a markdown table and a figure (calibration/crossval/<hardware-tag>/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from tokenrouter.errors import cli_errors
+
+REPO = Path(__file__).resolve().parents[2]
+ROUTER_NAMES = ("markov", "r2r", "rstitch")
+
+
+@cli_errors
+def crossval(
+    config: Path | None = typer.Option(None, "--config", "-c", help="Serve config (YAML); default: the local pair."),
+    concurrency: str = typer.Option("1,2,4,8", "--concurrency", "-n", help="Closed-loop concurrencies N."),
+    thresholds: str = typer.Option(
+        "all", "--thresholds", help="'all' (every feasible vector; a grid above --full-grid-max-n) or '1,1;2,1'."
+    ),
+    full_grid_max_n: int = typer.Option(4, "--full-grid-max-n", help="Largest N run with every feasible vector."),
+    routers: str = typer.Option("markov,r2r", "--routers", help=f"Routers, from {', '.join(ROUTER_NAMES)}."),
+    markov_p: str = typer.Option("[[0.75,0.25],[1,0]]", "--markov-p", help="P of the markov router (JSON)."),
+    markov_c: str = typer.Option("[[1,0],[1,0]]", "--markov-c", help="C of the markov router (JSON)."),
+    tau: float = typer.Option(1.0, "--tau", help="Entropy threshold of the rstitch router (nats)."),
+    max_tokens: int = typer.Option(96, "--max-tokens", help="Output tokens per request (no stop tokens)."),
+    warmup_s: float = typer.Option(3.0, "--warmup-s", help="Seconds per cell before the measured window."),
+    measure_s: float = typer.Option(12.0, "--measure-s", help="Measured seconds per cell."),
+    repeats: int = typer.Option(1, "--repeats", help="Runs per cell (interleaved over the whole grid)."),
+    sim_s: float = typer.Option(120.0, "--sim-s", help="Simulated seconds per cell."),
+    profiles: Path | None = typer.Option(
+        None, "--profiles", help="Profile folder [calibration/profiles/<hardware-tag>]."
+    ),
+    out: Path | None = typer.Option(None, "--out", help="Output folder [calibration/crossval/<hardware-tag>]."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the markov router."),
+) -> None:
+    """Cross-validate the throughput model and the simulator against the real server."""
+    from tokenrouter import options as opt
+    from tokenrouter.commands.serve import _load
+    from trcore.errors import ConfigError
+    from trserve.calibrate_plan import hardware_tag
+    from trserve.crossval.plan import RouterChoice, make_plan
+    from trserve.crossval.predict import load_calibration
+    from trserve.crossval.run import run_crossval, write_outputs
+
+    cfg = _load(config, None, None)
+    choices = [_router(name.strip(), opt, markov_p, markov_c, tau, seed) for name in routers.split(",") if name.strip()]
+    for key, value in {"--max-tokens": max_tokens, "--repeats": repeats, "--full-grid-max-n": full_grid_max_n}.items():
+        if value < 1:
+            raise ConfigError(key, f"must be >= 1, got {value}")
+    for key, fvalue in {"--measure-s": measure_s, "--sim-s": sim_s}.items():
+        opt.check_positive(fvalue, key)
+    plan = make_plan(
+        cfg.num_models,
+        opt.parse_ints(concurrency, "--concurrency"),
+        [RouterChoice(*c) for c in choices],
+        opt.parse_threshold_grid(thresholds, cfg.num_models),
+        full_grid_max_n,
+        max_tokens=max_tokens,
+        warmup_s=warmup_s,
+        measure_s=measure_s,
+        repeats=repeats,
+    )
+    tag = hardware_tag()
+    calibration = load_calibration(profiles or REPO / "calibration" / "profiles" / tag, [m.name for m in cfg.models])
+    typer.echo(f"crossval: {plan.num_cells} cells, about {plan.run_seconds / 60:.1f} min of measurement", err=True)
+    doc, traces = run_crossval(cfg, plan, calibration, sim_s, progress=lambda msg: typer.echo(msg, err=True))
+    written = write_outputs(doc, traces, out or REPO / "calibration" / "crossval" / tag, f"Cross-validation on {tag}")
+    for name, s in doc["summary"].items():
+        typer.echo(
+            f"{name}: model median {s['model_median_rel_error']:.1%} max {s['model_max_rel_error']:.1%} "
+            f"best ok {s['model_best_matches']}; sim median {s['sim_median_rel_error']:.1%} "
+            f"max {s['sim_max_rel_error']:.1%} best ok {s['sim_best_matches']}"
+        )
+    typer.echo("wrote " + ", ".join(str(p) for p in written))
+
+
+def _router(
+    name: str, opt: Any, markov_p: str, markov_c: str, tau: float, seed: int
+) -> tuple[str, str, dict[str, Any]]:
+    from trcore.errors import ConfigError
+
+    if name == "markov":
+        params = {"P": opt.parse_matrix(markov_p, "--markov-p"), "C": opt.parse_matrix(markov_c, "--markov-c")}
+        return name, "markov", {**params, "seed": seed}
+    if name == "rstitch":
+        return name, "rstitch", {"tau": tau}
+    if name == "r2r":
+        return name, "r2r", {}
+    raise ConfigError("--routers", f"unknown router {name!r}; valid: {', '.join(ROUTER_NAMES)}")

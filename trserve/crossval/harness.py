@@ -1,0 +1,217 @@
+"""The real side of cross-validation: the local server's processes (launcher, front end, subserver loops, engines)
+without HTTP, reconfigured between cells, driven by a closed-loop client in this process.
+
+A cell = (router, concurrency N, thresholds B). The client keeps N requests in flight (a finished request is
+replaced at once by the next prompt), counts committed output tokens as they arrive, and after the measured
+window aborts what is still running. Routing events recorded on every model come back with the next
+reconfiguration and become per-request traces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import shutil
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from trcore import BatchingPolicy, RequestSpec, RouteEvent, RoutingProgram
+from trcore.traces import RequestTrace, traces_from_events
+from trserve.config import RestartConfig, ServeConfig
+from trserve.crossval.messages import Reconfigure, TraceDump
+from trserve.frontend import FrontEnd
+from trserve.messages import StepReport
+from trserve.metrics import Metrics
+from trserve.transport import ActiveCounter
+
+#: Makes model ``m``'s routing program for a cell (a fresh instance per cell: routers hold RNG state).
+ProgramFactory = Callable[[int], RoutingProgram]
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One engine step as the front end saw it: when, on which model, batch size, engine time, fed tokens."""
+
+    time: float
+    model: int
+    batch_size: int
+    step_s: float
+    num_new_tokens: int
+
+
+class CrossvalFrontEnd(FrontEnd):
+    """The server's front end, which also keeps every step report and answers reconfiguration replies."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.step_log: list[StepRecord] = []
+        self._dumps: dict[tuple[int, int], asyncio.Future[TraceDump]] = {}
+        self._dump_tokens = itertools.count()
+
+    def handle(self, msg: Any) -> None:
+        if isinstance(msg, TraceDump):
+            fut = self._dumps.pop((msg.model, msg.token), None)
+            if fut is not None and not fut.done():
+                fut.set_result(msg)
+            return
+        if isinstance(msg, StepReport):
+            self.step_log.append(
+                StepRecord(time.monotonic(), msg.model, msg.batch_size, msg.step_s, msg.num_new_tokens)
+            )
+        super().handle(msg)
+
+    async def reconfigure(self, model: int, timeout_s: float = 60.0, **changes: Any) -> TraceDump:
+        """Send :class:`Reconfigure` to ``model`` and wait for its trace dump."""
+        token = next(self._dump_tokens)
+        fut: asyncio.Future[TraceDump] = asyncio.get_running_loop().create_future()
+        self._dumps[(model, token)] = fut
+        self.send(model, Reconfigure(token, **changes))
+        return await asyncio.wait_for(fut, timeout_s)
+
+
+@dataclass(frozen=True)
+class ClientWorkload:
+    """The fixed closed-loop workload: prompts (token ids, cycled), output length, sampling, window lengths."""
+
+    prompts: tuple[tuple[int, ...], ...]
+    max_tokens: int
+    warmup_s: float
+    measure_s: float
+    sampling: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CellRun:
+    """What one real cell measured: tokens in the window, its length, traces of finished requests, all traces
+    (finished or cut off at the end), and the step log of the window."""
+
+    throughput_tok_s: float
+    num_tokens: int
+    measured_s: float
+    finished: list[RequestTrace]
+    traces: list[RequestTrace]
+    steps: list[StepRecord]
+    num_finished: int
+
+
+@asynccontextmanager
+async def crossval_server(cfg: ServeConfig) -> AsyncIterator[CrossvalFrontEnd]:
+    """Start the config's subservers (crossval workers) and a front end; stop them all on exit."""
+    from trserve.launch import Launcher
+    from trserve.server import resolve
+
+    run_dir = tempfile.mkdtemp(prefix="tokenrouter-crossval-")
+    spec, workers = resolve(cfg, run_dir)
+    workers = [replace(w, module="trserve.crossval.worker") for w in workers]
+    metrics = Metrics([m.name for m in cfg.models])
+    active = ActiveCounter(spec.endpoints.active_file, writable=True)
+    book = spec.endpoints.address_book()
+    frontend = CrossvalFrontEnd(
+        book.pop(-1),
+        book,
+        entry=cfg.entry_model,
+        num_models=cfg.num_models,
+        active=active,
+        metrics=metrics,
+        max_active=cfg.server.max_active_requests,
+        max_waiting=cfg.server.max_waiting_requests,
+    )
+    frontend.start()
+    launcher = Launcher(spec, workers, Path(run_dir), frontend, metrics, RestartConfig(enabled=False))
+    is_clean = False
+    try:
+        await launcher.start_all(cfg.server.startup_timeout_s)
+        yield frontend
+        is_clean = True
+    except BaseException as exc:
+        exc.add_note(f"crossval: the workers' logs are in {run_dir}")
+        raise
+    finally:
+        await launcher.stop_all()
+        await frontend.close()
+        active.close()
+        if is_clean:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+async def run_cell(
+    frontend: CrossvalFrontEnd,
+    programs: ProgramFactory,
+    policies: Sequence[BatchingPolicy],
+    concurrency: int,
+    workload: ClientWorkload,
+    tag: str,
+) -> CellRun:
+    """Run one cell on a server that holds no request; leaves it holding none."""
+    num_models = len(policies)
+    for m in range(num_models):
+        await frontend.reconfigure(m, policy=policies[m], program=programs(m), record_trace=True)
+    frontend.step_log.clear()
+    client = _Client(frontend, workload, tag)
+    start = time.monotonic()
+    tasks = [asyncio.create_task(client.session(start)) for _ in range(concurrency)]
+    try:
+        await asyncio.sleep(workload.warmup_s + workload.measure_s)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for rid in list(frontend.generations):
+            frontend.abort(rid)
+    events: list[RouteEvent] = []
+    for m in range(num_models):
+        dump = await frontend.reconfigure(m, record_trace=False)
+        events.extend(RouteEvent(*e) for e in dump.events)
+    if client.error is not None:
+        raise RuntimeError(f"cell {tag}: a request failed: {client.error}")
+    window = (start + workload.warmup_s, start + workload.warmup_s + workload.measure_s)
+    traces = traces_from_events(events, client.specs)
+    num_tokens = sum(n for t, n in client.arrivals if window[0] <= t < window[1])
+    return CellRun(
+        throughput_tok_s=num_tokens / workload.measure_s,
+        num_tokens=num_tokens,
+        measured_s=workload.measure_s,
+        finished=[t for t in traces if t.request_id in client.finished],
+        traces=traces,
+        steps=[s for s in frontend.step_log if window[0] <= s.time < window[1]],
+        num_finished=len(client.finished),
+    )
+
+
+class _Client:
+    """N closed-loop sessions sharing one prompt cycle; records token arrival times and finished requests."""
+
+    def __init__(self, frontend: FrontEnd, workload: ClientWorkload, tag: str) -> None:
+        self.frontend = frontend
+        self.workload = workload
+        self.tag = tag
+        self.counter = itertools.count()
+        self.arrivals: list[tuple[float, int]] = []
+        self.finished: set[str] = set()
+        self.specs: dict[str, RequestSpec] = {}
+        self.error: str | None = None
+
+    async def session(self, start: float) -> None:
+        wl = self.workload
+        while True:
+            k = next(self.counter)
+            prompt = wl.prompts[k % len(wl.prompts)]
+            rid = f"{self.tag}-{k}"
+            spec = RequestSpec(rid, len(prompt), wl.max_tokens, frozenset(), time.monotonic(), dict(wl.sampling))
+            self.specs[rid] = spec
+            gen = self.frontend.submit(spec, list(prompt), {})
+            while True:
+                kind, value = await gen.events.get()
+                if kind == "tokens":
+                    self.arrivals.append((time.monotonic(), len(value)))
+                elif kind == "done":
+                    self.finished.add(rid)
+                    break
+                else:
+                    self.error = str(value)
+                    return

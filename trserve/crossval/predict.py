@@ -1,0 +1,122 @@
+"""The predicted side of cross-validation: (a) the analytic throughput model with calibrated latency tables and
+P, C estimated from the recorded traces; (b) the simulator with the calibrated latency models and trace replay."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trcore import BatchingPolicy
+from trcore.errors import ConfigError
+from trcore.routing_stats import RoutingStats, estimate_routing_stats
+from trcore.traces import RequestTrace
+
+#: Time grid of the analytic model (latencies on this machine are tens of milliseconds).
+QUANTUM_S = 1e-3
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Per model: its profile path and latency model (``trsim.latency.LatencyModel``)."""
+
+    paths: tuple[str, ...]
+    latency: tuple[Any, ...]
+
+    def table(self, model: int, max_batch: int, context: int, extend: float = 0.0) -> list[float]:
+        """Step latency (s) of ``model`` for batch sizes 1..max_batch, every request at ``context`` tokens and
+        appending ``extend`` tokens beyond its one decode token (on average)."""
+        lat = self.latency[model]
+        return [float(lat.predict(b, b * context, round(b * extend))) for b in range(1, max_batch + 1)]
+
+
+def load_calibration(profile_dir: str | Path, model_names: Sequence[str]) -> Calibration:
+    """The profiles ``<profile_dir>/<model>.json`` (as ``tokenrouter calibrate`` writes them)."""
+    from trsim.profile import latency_from_profile, load_profile
+
+    paths, models = [], []
+    for name in model_names:
+        path = Path(profile_dir) / f"{name}.json"
+        if not path.is_file():
+            raise ConfigError("profiles", f"{path} does not exist; run `tokenrouter calibrate` first")
+        paths.append(str(path))
+        models.append(latency_from_profile(load_profile(path)))
+    return Calibration(tuple(paths), tuple(models))
+
+
+def routing_stats(traces: Sequence[RequestTrace], num_models: int, entry_model: int) -> RoutingStats:
+    """P, C (and run lengths) of finished requests' traces; a finished request is replaced at the entry model."""
+    if not traces:
+        raise ConfigError("traces", "no finished request to estimate routing statistics from")
+    return estimate_routing_stats(traces, num_models, entry_model=entry_model)
+
+
+def typical_context(traces: Sequence[RequestTrace], max_tokens: int) -> int:
+    """Mean context of a decode step: mean prompt length plus half the output."""
+    prompts = [t.num_prompt_tokens for t in traces if t.num_prompt_tokens is not None]
+    mean_prompt = sum(prompts) / len(prompts) if prompts else 0.0
+    return max(1, round(mean_prompt + max_tokens / 2))
+
+
+def typical_extend(traces: Sequence[RequestTrace], num_models: int) -> list[float]:
+    """Per model, the mean number of tokens a step appends beyond its one decode token: the prompt on a model's
+    first visit, and what the other models committed since its last visit (replayed from the traces)."""
+    extra = [0] * num_models
+    steps = [0] * num_models
+    for trace in traces:
+        committed = trace.num_prompt_tokens or 0
+        anchors = [0] * num_models
+        for step in trace.steps:
+            extra[step.model] += max(committed - anchors[step.model] - 1, 0)
+            steps[step.model] += 1
+            anchors[step.model] = committed
+            committed += step.kept
+    return [e / n if n else 0.0 for e, n in zip(extra, steps, strict=True)]
+
+
+def model_predictions(
+    stats: RoutingStats,
+    calibration: Calibration,
+    concurrency: int,
+    thresholds: Sequence[tuple[int, ...]],
+    context: int,
+    max_batch: int,
+    extend: Sequence[float] = (),
+) -> dict[tuple[int, ...], float]:
+    """Throughput-model tok/s of each threshold vector at ``concurrency`` (latency tables at ``context`` tokens
+    per request, ``extend[m]`` appended tokens per request-step on model m)."""
+    from trcore.throughput import ThroughputModel
+
+    cap = min(max_batch, concurrency)
+    extend = list(extend) or [0.0] * stats.num_models
+    tables = [calibration.table(m, cap, context, extend[m]) for m in range(stats.num_models)]
+    model = ThroughputModel(stats.P, stats.C, tables, quantum_s=QUANTUM_S, max_batch=[cap] * stats.num_models)
+    return {tuple(b): model.solve(concurrency, b).throughput_tok_s for b in thresholds}
+
+
+def sim_prediction(
+    traces: Sequence[RequestTrace],
+    calibration: Calibration,
+    concurrency: int,
+    thresholds: tuple[int, ...],
+    max_batch: int,
+    sim_s: float,
+    seed: int = 0,
+) -> float:
+    """Simulator tok/s of one cell: calibrated latency models, sessions replaying ``traces`` in turn."""
+    from trsim.build import with_traces
+    from trsim.config import SimConfig
+    from trsim.driver import simulate
+    from trsim.workload import WorkloadConfig
+
+    policies = tuple(BatchingPolicy(threshold=b, max_batch=max_batch) for b in thresholds)
+    base = SimConfig(
+        latency=tuple(calibration.latency),
+        policies=policies,
+        workload=WorkloadConfig(arrival="closed", concurrency=concurrency),
+        seed=seed,
+    )
+    config = with_traces(base, traces)
+    warmup = max(1, sum(t.output_length for t in traces[:concurrency]) // 2)
+    return simulate(config, time_s=sim_s, warmup_tokens=warmup).throughput_tok_s

@@ -1,0 +1,121 @@
+"""Cross-validation results: per-cell errors, the per-router summary, a markdown table and a figure."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+#: A predictor's best threshold vector "matches" when its measured throughput is within this of the best.
+BEST_TOLERANCE = 0.02
+PREDICTORS = ("model", "sim")
+
+
+def rel_error(predicted: float, measured: float) -> float:
+    return abs(predicted - measured) / measured if measured > 0 else float("inf")
+
+
+def add_errors(cell: dict[str, Any]) -> dict[str, Any]:
+    """Fill ``<predictor>_rel_error`` from ``measured_tok_s`` and ``<predictor>_tok_s``."""
+    for p in PREDICTORS:
+        pred = cell.get(f"{p}_tok_s")
+        cell[f"{p}_rel_error"] = None if pred is None else rel_error(pred, cell["measured_tok_s"])
+    return cell
+
+
+def best_choice(cells: Sequence[Mapping[str, Any]], predictor: str) -> dict[str, Any]:
+    """For one router and N: the measured best vector, the predictor's pick and whether the pick is within
+    :data:`BEST_TOLERANCE` of the measured best in measured throughput."""
+    measured_best = max(cells, key=lambda c: c["measured_tok_s"])
+    picked = max(cells, key=lambda c: c[f"{predictor}_tok_s"])
+    shortfall = 1.0 - picked["measured_tok_s"] / measured_best["measured_tok_s"]
+    return {
+        "measured_best": list(measured_best["thresholds"]),
+        "measured_best_tok_s": measured_best["measured_tok_s"],
+        "picked": list(picked["thresholds"]),
+        "picked_measured_tok_s": picked["measured_tok_s"],
+        "shortfall": shortfall,
+        "matches": shortfall <= BEST_TOLERANCE,
+    }
+
+
+def summarize(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per router: median and max relative error of each predictor, and whether each predictor's best vector
+    is within 2% of the measured best at every concurrency (``best_by_n`` has the details)."""
+    summary: dict[str, Any] = {}
+    for router in dict.fromkeys(c["router"] for c in cells):
+        mine = [c for c in cells if c["router"] == router]
+        entry: dict[str, Any] = {"num_cells": len(mine)}
+        by_n: dict[str, Any] = {}
+        for n in sorted({c["concurrency"] for c in mine}):
+            group = [c for c in mine if c["concurrency"] == n]
+            by_n[str(n)] = {p: best_choice(group, p) for p in PREDICTORS}
+        for p in PREDICTORS:
+            errors = [c[f"{p}_rel_error"] for c in mine]
+            entry[f"{p}_median_rel_error"] = statistics.median(errors)
+            entry[f"{p}_max_rel_error"] = max(errors)
+            entry[f"{p}_best_matches"] = all(v[p]["matches"] for v in by_n.values())
+        entry["best_by_n"] = by_n
+        summary[router] = entry
+    return summary
+
+
+def markdown_table(cells: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> str:
+    """The per-cell table and the per-router summary, in markdown."""
+    lines = [
+        "| router | N | thresholds | measured tok/s | model tok/s | model err | sim tok/s | sim err |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for c in cells:
+        spread = f" ±{c['measured_spread']:.1f}" if c.get("measured_spread") else ""
+        lines.append(
+            f"| {c['router']} | {c['concurrency']} | {tuple(c['thresholds'])} | {c['measured_tok_s']:.1f}{spread} "
+            f"| {c['model_tok_s']:.1f} | {c['model_rel_error']:.1%} | {c['sim_tok_s']:.1f} | {c['sim_rel_error']:.1%} |"
+        )
+    lines += [
+        "",
+        "| router | model median err | model max err | model best ok | sim median err | sim max err | sim best ok |",
+        "|---|---:|---:|---|---:|---:|---|",
+    ]
+    for router, s in summary.items():
+        lines.append(
+            f"| {router} | {s['model_median_rel_error']:.1%} | {s['model_max_rel_error']:.1%} | "
+            f"{s['model_best_matches']} | {s['sim_median_rel_error']:.1%} | {s['sim_max_rel_error']:.1%} | "
+            f"{s['sim_best_matches']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot_cells(cells: Sequence[Mapping[str, Any]], path: str | Path, title: str) -> None:
+    """One panel per (router, N): measured vs model vs simulator throughput for each threshold vector."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    routers = list(dict.fromkeys(c["router"] for c in cells))
+    ns = sorted({c["concurrency"] for c in cells})
+    fig, axes = plt.subplots(len(routers), len(ns), figsize=(4.2 * len(ns), 3.4 * len(routers)), squeeze=False)
+    for i, router in enumerate(routers):
+        for j, n in enumerate(ns):
+            _panel(axes[i][j], [c for c in cells if c["router"] == router and c["concurrency"] == n])
+            axes[i][j].set_title(f"{router}, N={n}", fontsize=9)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _panel(ax: Any, group: Sequence[Mapping[str, Any]]) -> None:
+    xs = list(range(len(group)))
+    labels = [",".join(map(str, c["thresholds"])) for c in group]
+    ax.plot(xs, [c["measured_tok_s"] for c in group], "ko-", label="measured", ms=4)
+    ax.plot(xs, [c["model_tok_s"] for c in group], "s--", color="tab:blue", label="model", ms=3)
+    ax.plot(xs, [c["sim_tok_s"] for c in group], "^:", color="tab:orange", label="simulator", ms=3)
+    ax.set_xticks(xs)
+    ax.set_xticklabels(labels, rotation=90, fontsize=7)
+    ax.set_ylabel("tok/s", fontsize=8)
+    ax.set_ylim(bottom=0)
+    ax.tick_params(axis="y", labelsize=7)

@@ -1,0 +1,80 @@
+"""Crossval's subserver process: the real ``trserve`` subserver loop plus one message, :class:`Reconfigure`.
+
+Cross-validation runs many cells (concurrency x thresholds x router) on the same engines; restarting an engine
+per cell would cost tens of seconds each. So between cells the harness sends ``Reconfigure`` (new batching
+policy, new routing program, trace recording on or off) and the loop answers with the routing events it
+recorded since the previous one. Everything else is ``trserve.subserver_proc`` unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+from trcore import Subserver, check_signals
+from trserve import subserver_proc
+from trserve.crossval.messages import Reconfigure, TraceDump
+from trserve.loop import SubserverLoop
+from trserve.messages import Ready
+from trserve.runspec import RunSpec
+from trserve.transport import FRONTEND, ActiveCounter, Mailbox
+
+log = logging.getLogger("trserve.crossval.worker")
+
+
+class CrossvalLoop(SubserverLoop):
+    """The subserver loop that also obeys :class:`Reconfigure`."""
+
+    def _handle(self, msg: Any) -> None:
+        if isinstance(msg, Reconfigure):
+            self._reconfigure(msg)
+        else:
+            super()._handle(msg)
+
+    def _reconfigure(self, msg: Reconfigure) -> None:
+        sub = self.sub
+        events = [tuple(e) for e in sub.trace or ()]
+        if msg.policy is not None:
+            sub.policy = msg.policy
+        if msg.program is not None:
+            sub.program = msg.program
+        sub.trace = [] if msg.record_trace else None
+        self.mailbox.send(FRONTEND, TraceDump(self.model, msg.token, events, len(sub.requests)))
+
+
+def run(spec: RunSpec, model: int) -> None:
+    """Start model ``model`` (as ``trserve.subserver_proc.run``) and serve until shutdown."""
+    program = subserver_proc.build_program(spec, model)
+    engine, make_step_item, step_error = subserver_proc.start_engine(spec, model)
+    try:
+        check_signals(program, engine.available_signals)
+        book = spec.endpoints.address_book()
+        mailbox = Mailbox(book.pop(model), book)
+        active = ActiveCounter(spec.endpoints.active_file)
+        sub = Subserver(program, spec.policy(model))
+        loop = CrossvalLoop(sub, engine, mailbox, make_step_item, read_active=active.read, step_error=step_error)
+        mailbox.send(FRONTEND, Ready(model, os.getpid(), engine.kv_usage(), tuple(sorted(engine.available_signals))))
+        log.info("model %d (%s) ready for crossval", model, spec.config.models[model].name)
+        loop.run()
+        mailbox.close()
+    finally:
+        engine.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("run_json")
+    parser.add_argument("model", type=int)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    subserver_proc._die_with_parent()
+    signal.signal(signal.SIGTERM, subserver_proc._exit_on_sigterm)
+    run(RunSpec.load(args.run_json), args.model)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
