@@ -40,6 +40,10 @@ def _register() -> None:
 
     app.command("crossval")(crossval.crossval)
 
+    from tokenrouter.commands import bench
+
+    app.command("bench")(bench.bench)
+
 
 _register()
 

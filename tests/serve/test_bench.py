@@ -1,0 +1,101 @@
+"""``tokenrouter bench``: the small CI version (every system, one router, one N, one repetition, on the hash
+stand-in engine so it runs in about a minute) plus the pure pieces (system configs, P/C estimation, fits)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trserve.bench.client import RequestRecord, summarize
+from trserve.bench.predict import StepStats, fit_line, model_prediction, routing_matrices, sim_prediction
+from trserve.bench.systems import SYSTEMS, system_config
+from trserve.config import ServeConfig
+from trserve.defaults import DEFAULT_CONFIG
+
+TABLE = {1: [1, 1], 4: [2, 1]}
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_every_system_is_a_valid_serve_config(system: str) -> None:
+    cfg = ServeConfig.model_validate(system_config(DEFAULT_CONFIG, system, "r2r", TABLE))
+    if system == "llm-only":
+        assert [m.name for m in cfg.models] == ["large"]
+    else:
+        assert cfg.router.program == "r2r" and cfg.num_models == 2
+    if system in ("tokenrouter", "tokenrouter-readmit"):
+        assert cfg.batching.tables == [{1: 1, 4: 2}, {1: 1, 4: 1}]
+    assert cfg.handoff == ("readmit" if system == "tokenrouter-readmit" else "session")
+    assert cfg.mode == (system if system in ("lockstep", "per-token") else "routed")
+
+
+def test_optimized_systems_need_the_threshold_table() -> None:
+    from trcore.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="threshold table"):
+        system_config(DEFAULT_CONFIG, "tokenrouter", "rstitch", None)
+
+
+def test_routing_matrices_recover_drop_and_return() -> None:
+    # r2r-like: small drops the token it routes away (commits 0), large regenerates it and always returns.
+    small = StepStats(request_steps=100, steps=20, step_seconds=1.0, handoffs=25, tokens=75)
+    large = StepStats(request_steps=25, steps=10, step_seconds=1.0, handoffs=25, tokens=25)
+    P, C = routing_matrices([small, large])
+    assert P == [[0.75, 0.25], [0.0, 1.0]]
+    assert C[0][1] == 0.0 and C[1][0] == 1.0
+
+
+def test_fit_line_recovers_a_linear_latency() -> None:
+    points = [(b, 0.024 + 0.002 * b) for b in (1.0, 2.5, 4.0, 8.0)]
+    intercept, slope = fit_line(points)
+    assert intercept == pytest.approx(0.024) and slope == pytest.approx(0.002)
+
+
+def test_model_and_simulator_agree_on_a_markov_system() -> None:
+    P, C = [[0.75, 0.25], [0.5, 0.5]], [[1.0, 0.0], [1.0, 1.0]]
+    tables = [[0.024 + 0.002 * b for b in range(1, 5)], [0.057 + 0.003 * b for b in range(1, 5)]]
+    model = model_prediction(P, C, tables, 4, [1, 1])
+    sim = sim_prediction(P, C, tables, 4, [1, 1], "tokenrouter", 20000)
+    assert sim == pytest.approx(model, rel=0.05)
+    assert sim_prediction(P, C, tables, 4, [1, 1], "lockstep", 20000) < sim
+
+
+def test_summarize_keeps_only_requests_finished_in_the_window() -> None:
+    recs = [RequestRecord(0.0, 0.5, 2.0, 11), RequestRecord(1.0, 1.2, 9.0, 11), RequestRecord(3.0, 3.1, 4.1, 11)]
+    result = summarize(recs, 2, win_start=1.5, win_end=5.0)
+    assert result.num_finished == 2
+    assert result.ttft_s == pytest.approx([0.5, 0.1])
+    assert result.tpot_s == pytest.approx([0.15, 0.1])
+
+
+def test_unknown_system_is_one_line_error() -> None:
+    proc = subprocess.run([sys.executable, "-m", "tokenrouter.cli", "bench", "--systems", "fastest"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert "fastest" in proc.stderr and "lockstep" in proc.stderr
+
+
+def test_small_bench_runs_every_system(tmp_path: Path) -> None:
+    """The CI bench: all six systems, rstitch, N = 4, one short window each, real servers on the hash engine."""
+    cfg = {**DEFAULT_CONFIG, "backend": "hash"}
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "tokenrouter.cli", "bench", "-c", str(tmp_path / "base.yaml"), "--routers",
+           "rstitch", "-n", "4", "--repetitions", "1", "--warmup-s", "0.5", "--window-s", "1", "--no-direct",
+           "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads((out / "bench.json").read_text())
+    assert {r["system"] for r in doc["runs"]} == set(SYSTEMS)
+    for run in doc["runs"]:
+        assert run["concurrency"] == 4 and run["throughput_tok_s"] > 0
+        assert 0.0 <= run["llm_token_fraction"] <= 1.0
+        assert run["e2e_p50_s"] is not None and run["e2e_p99_s"] >= run["e2e_p50_s"]
+    assert doc["routing"]["rstitch"]["optimized_thresholds"]["4"]
+    assert (out / "bench.png").stat().st_size > 10_000
+    assert "| rstitch | tokenrouter | 4 |" in (out / "bench.md").read_text()

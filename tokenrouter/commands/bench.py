@@ -1,0 +1,74 @@
+"""`tokenrouter bench`: TokenRouter and its baselines side by side on real engines, one invocation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from tokenrouter.errors import cli_errors
+from trcore.errors import ConfigError
+
+
+def _ints(text: str, field: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(field, f"must be comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise ConfigError(field, f"must be positive integers, got {text!r}")
+    return values
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+@cli_errors
+def bench(
+    config: Path | None = typer.Option(None, "--config", "-c", help="Base serve config (YAML); default: local pair."),
+    systems: str = typer.Option(
+        "tokenrouter,tokenrouter-b1,tokenrouter-readmit,lockstep,per-token,llm-only", help="Systems to compare."
+    ),
+    routers: str = typer.Option("rstitch,r2r", help="Routing programs."),
+    concurrency: str = typer.Option("1,4,8,16", "--concurrency", "-n", help="Closed-loop concurrencies N."),
+    repetitions: int = typer.Option(3, min=1, help="Measured windows per system, router and N."),
+    max_tokens: int = typer.Option(48, min=2, help="Output tokens per request."),
+    warmup_s: float = typer.Option(3.0, min=0.0, help="Warm-up before each window (s)."),
+    window_s: float = typer.Option(8.0, min=0.5, help="Measurement window (s)."),
+    direct: bool = typer.Option(True, help="Also drive plain vLLM directly (the overhead reference)."),
+    out: Path = typer.Option(Path("docs/bench"), "--out", help="Directory for bench.json, bench.md, bench.png."),
+) -> None:
+    """Run every system x router x N on this machine and write JSON, a markdown table and a PNG."""
+    import os
+    import sys
+    import time
+
+    from trserve.bench.client import Workload
+    from trserve.bench.display import BenchDisplay
+    from trserve.bench.outputs import write_outputs
+    from trserve.bench.runner import BenchPlan, BenchRunner
+    from trserve.bench.systems import check_names
+    from trserve.config import ServeConfig, load_config
+    from trserve.defaults import default_config
+
+    sys_names, router_names = _names(systems), _names(routers)
+    check_names(sys_names, router_names)
+    ns = _ints(concurrency, "concurrency")
+    base = (load_config(config) if config is not None else default_config()).model_dump(mode="json")
+    base["server"]["max_active_requests"] = max(base["server"]["max_active_requests"], max(ns))
+    ServeConfig.model_validate(base)
+    plan = BenchPlan(sys_names, router_names, ns, repetitions, Workload(max_tokens, warmup_s, window_s), base, direct)
+    load_before = os.getloadavg()[0]
+    started = time.monotonic()
+    runner = BenchRunner(plan, None)
+    cells = len(ns) * repetitions * (len([s for s in sys_names if s != "llm-only"]) * len(router_names))
+    cells += len(ns) * repetitions * ("llm-only" in sys_names)
+    with BenchDisplay(cells) as display:
+        runner.display = display
+        runner.run()
+    command = "tokenrouter bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 else "tokenrouter bench"
+    load = {"load_1min_before": load_before, "load_1min_after": os.getloadavg()[0]}
+    doc = write_outputs(out, plan, runner, command.strip(), load, time.monotonic() - started)
+    typer.echo(f"bench: wrote {out}/bench.json, bench.md, bench.png in {doc['elapsed_s']:.0f} s")
+    typer.echo(f"bench: targets {doc['targets']}")

@@ -1,0 +1,153 @@
+"""A closed-loop workload against one running server: ``N`` clients, each sending its next streamed request as
+soon as the previous one finished; throughput is counted over a measurement window after a warm-up.
+
+Every request asks for exactly ``max_tokens`` tokens (``ignore_eos``), greedy, so all systems do the same work.
+Throughput is the server's own committed-token counter (``/metrics``) read at both ends of the window, so
+requests cut by the window edges count exactly for their part inside it; latencies come from the requests that
+finished inside the window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+#: Short chat-like prompts (plain completions: no chat template, so prompt lengths stay small and equal).
+PROMPTS = (
+    "The capital of France is",
+    "Three primary colors are",
+    "One sentence about the sea:",
+    "Twelve plus thirty equals",
+    "A short tip for staying focused:",
+    "Bees make honey because",
+    "A cat, described in five words:",
+    "The sky is blue because",
+)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What each client sends: ``max_tokens`` per request, after ``warmup_s`` measured for ``window_s``."""
+
+    max_tokens: int = 48
+    warmup_s: float = 3.0
+    window_s: float = 10.0
+
+
+@dataclass
+class RequestRecord:
+    sent: float
+    first: float | None = None
+    done: float | None = None
+    num_tokens: int = 0
+
+
+@dataclass
+class LoadResult:
+    """One closed-loop run: throughput over the window and latency summaries (seconds) of requests that
+    finished inside it."""
+
+    concurrency: int
+    throughput_tok_s: float
+    window_s: float
+    num_finished: int
+    metrics_before: str = ""
+    metrics_after: str = ""
+    ttft_s: list[float] = field(default_factory=list)
+    tpot_s: list[float] = field(default_factory=list)
+    e2e_s: list[float] = field(default_factory=list)
+
+
+async def _one(client: httpx.AsyncClient, prompt: str, work: Workload, rec: RequestRecord) -> None:
+    body = {"model": "tokenrouter", "prompt": prompt, "max_tokens": work.max_tokens, "temperature": 0.0,
+            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
+    async with client.stream("POST", "/v1/completions", json=body) as response:
+        if response.status_code != 200:
+            raise RuntimeError(f"server answered {response.status_code}: {(await response.aread())[:300]!r}")
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                rec.num_tokens = int(chunk["usage"]["completion_tokens"])
+            elif rec.first is None and chunk.get("choices"):
+                rec.first = time.perf_counter()
+    rec.done = time.perf_counter()
+    if rec.first is None:
+        rec.first = rec.done
+
+
+async def _client_loop(client: httpx.AsyncClient, k: int, work: Workload, stop_at: float, out: list[RequestRecord]):
+    i = k
+    while time.perf_counter() < stop_at:
+        rec = RequestRecord(sent=time.perf_counter())
+        await _one(client, PROMPTS[i % len(PROMPTS)], work, rec)
+        out.append(rec)
+        i += 1
+
+
+async def run_load(url: str, concurrency: int, work: Workload) -> LoadResult:
+    """Drive ``concurrency`` closed-loop clients; in-flight requests at the window's end are cancelled (the
+    server aborts them and frees their KV)."""
+    records: list[RequestRecord] = []
+    start = time.perf_counter()
+    win_end = start + work.warmup_s + work.window_s
+    limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
+    async with httpx.AsyncClient(base_url=url, timeout=600.0, limits=limits) as client:
+        tasks = [asyncio.create_task(_client_loop(client, k, work, win_end, records)) for k in range(concurrency)]
+        await asyncio.sleep(work.warmup_s)
+        before, win_start = await _metrics(client), time.perf_counter()
+        await asyncio.sleep(max(0.0, win_end - time.perf_counter()))
+        after, win_end = await _metrics(client), time.perf_counter()
+        for t in tasks:
+            t.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
+            raise r
+    result = summarize(records, concurrency, win_start, win_end)
+    result.metrics_before, result.metrics_after = before, after
+    result.throughput_tok_s = committed_tokens(after, before) / result.window_s
+    return result
+
+
+async def _metrics(client: httpx.AsyncClient) -> str:
+    response = await client.get("/metrics")
+    response.raise_for_status()
+    return response.text
+
+
+def metric_values(text: str, name: str) -> dict[str, float]:
+    """``{model label: value}`` of one per-model Prometheus series (``""`` for an unlabelled one)."""
+    out: dict[str, float] = {}
+    for label, value in re.findall(rf'^{name}(?:\{{model="([^"]*)"\}})? ([0-9.e+-]+)$', text, re.M):
+        out[label] = float(value)
+    return out
+
+
+def metric_delta(after: str, before: str, name: str) -> dict[str, float]:
+    a, b = metric_values(after, name), metric_values(before, name)
+    return {k: v - b.get(k, 0.0) for k, v in a.items()}
+
+
+def committed_tokens(after: str, before: str) -> float:
+    return sum(metric_delta(after, before, "tokenrouter_tokens_total").values())
+
+
+def summarize(records: list[RequestRecord], concurrency: int, win_start: float, win_end: float) -> LoadResult:
+    """Latencies of the requests that finished inside the window (throughput is filled in by the caller)."""
+    result = LoadResult(concurrency, 0.0, win_end - win_start, 0)
+    for rec in records:
+        if rec.done is None or rec.first is None or not win_start <= rec.done <= win_end:
+            continue
+        result.num_finished += 1
+        result.ttft_s.append(rec.first - rec.sent)
+        result.e2e_s.append(rec.done - rec.sent)
+        if rec.num_tokens > 1:
+            result.tpot_s.append((rec.done - rec.first) / (rec.num_tokens - 1))
+    return result

@@ -1,0 +1,97 @@
+"""The overhead reference: the plain vLLM engine driven directly (``LLMEngine.step`` in a closed loop, vLLM's own
+continuous batching, no TokenRouter scheduler, IPC or HTTP), on the same checkpoint, settings and cores as the
+``llm-only`` system. Run as ``python -m trserve.bench.direct ARGS_JSON``; prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+
+def run_direct(args: dict[str, Any]) -> dict[str, float]:
+    """Closed loop of ``concurrency`` requests of ``max_tokens`` tokens; tokens counted inside the window."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from vllm import SamplingParams
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.engine.llm_engine import LLMEngine
+
+    engine_args = EngineArgs(model=args["model_path"], dtype=args["dtype"], max_model_len=args["max_model_len"],
+                             block_size=args["block_size"], kv_cache_memory_bytes=int(args["kv_cache_gib"] * 2**30),
+                             max_num_seqs=args["max_num_seqs"], enable_prefix_caching=True, enforce_eager=True,
+                             seed=0, disable_log_stats=True)  # fmt: skip
+    engine = LLMEngine.from_engine_args(engine_args)
+    params = SamplingParams(max_tokens=args["max_tokens"], temperature=0.0, ignore_eos=True)
+    prompts: list[list[int]] = args["prompts"]
+    counter = iter(range(10**9))
+    seen: dict[str, int] = {}
+
+    def add() -> None:
+        k = next(counter)
+        rid = f"direct-{k}"
+        seen[rid] = 0
+        engine.add_request(rid, {"prompt_token_ids": prompts[k % len(prompts)]}, params)
+
+    for _ in range(args["concurrency"]):
+        add()
+    start = time.perf_counter()
+    win_start, win_end = start + args["warmup_s"], start + args["warmup_s"] + args["window_s"]
+    tokens = 0
+    while (now := time.perf_counter()) < win_end:
+        for out in engine.step():
+            n = len(out.outputs[0].token_ids)
+            if win_start <= now:
+                tokens += n - seen[out.request_id]
+            seen[out.request_id] = n
+            if out.finished:
+                del seen[out.request_id]
+                add()
+    return {
+        "throughput_tok_s": tokens / (time.perf_counter() - max(win_start, start)),
+        "concurrency": args["concurrency"],
+    }
+
+
+def main() -> None:
+    args = json.loads(sys.argv[1])
+    print("RESULT " + json.dumps(run_direct(args)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
+
+
+def run_direct_process(plan: Any, concurrency: int) -> dict[str, Any]:
+    """Run :func:`run_direct` in a fresh process placed like the ``llm-only`` server (its model, its cores)."""
+    import subprocess
+
+    from trserve.bench.client import PROMPTS
+    from trserve.config import ModelConfig
+    from trserve.placement import place_models
+    from trserve.runspec import resolve_model_path
+    from trserve.text import Tokenizer
+
+    model = ModelConfig.model_validate(plan.base["models"][-1])
+    path = resolve_model_path(model.path)
+    placement = place_models([model])[0]
+    tokenizer = Tokenizer(path)
+    args = {"model_path": path, "dtype": model.dtype, "max_model_len": model.max_model_len,
+            "block_size": model.block_size, "kv_cache_gib": model.kv_cache_gib, "max_num_seqs": model.max_num_seqs,
+            "max_tokens": plan.workload.max_tokens, "warmup_s": plan.workload.warmup_s,
+            "window_s": plan.workload.window_s * plan.repetitions, "concurrency": concurrency,
+            "prompts": [tokenizer.encode(p) for p in PROMPTS]}  # fmt: skip
+    env = {**os.environ, **placement.environment(), "PYTHONUNBUFFERED": "1"}
+    cpus = set(placement.cpus)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trserve.bench.direct", json.dumps(args)],
+        capture_output=True, text=True, env=env, timeout=900,
+        preexec_fn=lambda: os.sched_setaffinity(0, cpus),
+    )  # fmt: skip
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            result: dict[str, Any] = json.loads(line[7:])
+            return result
+    raise RuntimeError(f"direct vLLM run failed (status {proc.returncode}):\n{proc.stderr[-2000:]}")

@@ -1,0 +1,84 @@
+"""Writing one bench run: ``bench.json`` (settings, machine load, ``runs``, targets), ``bench.md`` (tables) and
+``bench.png``; and the issue's targets, computed from the runs at the target concurrency."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from trserve.bench.report import lookup, markdown_table, plot, run_item, speedup_table
+
+TARGET_N = 8
+
+
+def targets(runs: Sequence[dict[str, Any]], routers: Sequence[str], direct: dict[str, Any] | None) -> dict[str, Any]:
+    """The issue's targets at N = 8 per router (ratios of medians), and the overhead budget."""
+    out: dict[str, Any] = {}
+    for router in routers:
+        tr = lookup(runs, "tokenrouter", router, TARGET_N)
+        if tr is None:
+            continue
+        t: dict[str, Any] = {}
+        for name in ("lockstep", "per-token"):
+            if (base := lookup(runs, name, router, TARGET_N)) and base["throughput_tok_s"]:
+                t[f"speedup_vs_{name}"] = tr["throughput_tok_s"] / base["throughput_tok_s"]
+        for kind in ("model", "sim"):
+            pred = tr.get(f"predicted_{kind}_tok_s")
+            if pred:
+                t[f"measured_over_predicted_{kind}"] = tr["throughput_tok_s"] / pred
+        b1 = lookup(runs, "tokenrouter-b1", router, TARGET_N)
+        if b1 and b1["throughput_tok_s"] and b1.get("predicted_model_tok_s") and tr.get("predicted_model_tok_s"):
+            t["gain_over_b1_measured"] = tr["throughput_tok_s"] / b1["throughput_tok_s"] - 1
+            t["gain_over_b1_predicted"] = tr["predicted_model_tok_s"] / b1["predicted_model_tok_s"] - 1
+            spread = (b1["throughput_max_tok_s"] - b1["throughput_min_tok_s"]) / b1["throughput_tok_s"]
+            t["b1_relative_spread"] = spread
+        out[router] = t
+    llm = next((r for r in runs if r["system"] == "llm-only" and r["concurrency"] == TARGET_N), None)
+    if direct and llm:
+        out["overhead"] = {
+            "llm_only_tok_s": llm["throughput_tok_s"],
+            "vllm_direct_tok_s": direct["throughput_tok_s"],
+            "ratio": llm["throughput_tok_s"] / direct["throughput_tok_s"],
+        }
+    return out
+
+
+def write_outputs(
+    out_dir: Path, plan: Any, runner: Any, command: str, load: dict[str, float], elapsed_s: float
+) -> dict[str, Any]:
+    """Write the three files; returns the JSON document."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runs = [run_item(c) for c in runner.cells]
+    routers, ns = list(plan.routers), list(plan.concurrencies)
+    doc = {
+        "command": command,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), **load},
+        "elapsed_s": elapsed_s,
+        "settings": {
+            "systems": list(plan.systems),
+            "routers": routers,
+            "concurrencies": ns,
+            "repetitions": plan.repetitions,
+            "max_tokens": plan.workload.max_tokens,
+            "warmup_s": plan.workload.warmup_s,
+            "window_s": plan.workload.window_s,
+        },
+        "routing": {
+            r: {"P": s.P, "C": s.C, "latency_source": s.latency_source, "optimized_thresholds": s.optimized}
+            for r, s in runner.routers.items()
+        },
+        "runs": runs,
+        "vllm_direct": runner.direct,
+        "targets": targets(runs, routers, runner.direct),
+    }
+    (out_dir / "bench.json").write_text(json.dumps(doc, indent=2) + "\n")
+    md = [f"Command: `{command}`", "", markdown_table(runs, routers, ns), speedup_table(runs, routers, ns)]
+    (out_dir / "bench.md").write_text("\n".join(md))
+    plot(runs, routers, ns, out_dir / "bench.png")
+    return doc

@@ -1,0 +1,135 @@
+"""Predicted throughput of each benchmarked system: the throughput model (Markov chain) and the simulator, fed
+routing statistics (P, C) and step latencies L_i(b).
+
+P and C come from the server's own counters over measured windows: per model, request-steps ``S`` (sum of batch
+sizes), hand-offs ``H`` and committed tokens ``T``. A request stays with probability ``1 - H/S`` and commits one
+token then; the tokens a hand-off commits follow from the rest: ``c_ij = (T - (S - H)) / H``.
+Latencies come from a calibration profile of this machine when one exists (``calibration/profiles/<tag>/`` or
+``calibration/<tag>/``, linear fit), else from a least-squares line through the measured (mean batch, mean step)
+points of the same runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from trserve.bench.client import metric_delta
+
+Matrix = Sequence[Sequence[float]]
+Tables = Sequence[Sequence[float]]
+REPO = Path(__file__).resolve().parents[2]
+#: Context length (tokens) at which profile latencies are read: prompt plus half of a 48-token answer.
+BENCH_CONTEXT = 32
+#: Time grid of the throughput model: 2 ms keeps N = 16 solvable in seconds (latencies here are 25-85 ms).
+QUANTUM_S = 2e-3
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """One model's counters over one window."""
+
+    request_steps: float
+    steps: float
+    step_seconds: float
+    handoffs: float
+    tokens: float
+
+    @property
+    def mean_batch(self) -> float:
+        return self.request_steps / self.steps if self.steps else 0.0
+
+    @property
+    def mean_step_s(self) -> float:
+        return self.step_seconds / self.steps if self.steps else 0.0
+
+
+def step_stats(after: str, before: str, names: Sequence[str]) -> list[StepStats]:
+    """Per model (in ``names`` order) counters between two ``/metrics`` texts."""
+    fields = ("tokenrouter_batch_size_sum", "tokenrouter_steps_total", "tokenrouter_step_seconds_sum",
+              "tokenrouter_handoffs_total", "tokenrouter_tokens_total")  # fmt: skip
+    deltas = [metric_delta(after, before, f) for f in fields]
+    return [StepStats(*(d.get(n, 0.0) for d in deltas)) for n in names]
+
+
+def routing_matrices(stats: Sequence[StepStats]) -> tuple[list[list[float]], list[list[float]]]:
+    """P and C of a two-model (or one-model) system from pooled counters."""
+    m = len(stats)
+    if m == 1:
+        return [[1.0]], [[1.0]]
+    P = [[0.0] * m for _ in range(m)]
+    C = [[1.0] * m for _ in range(m)]
+    for i, s in enumerate(stats):
+        j = 1 - i
+        away = s.handoffs / s.request_steps if s.request_steps else 0.0
+        P[i][i], P[i][j] = 1.0 - away, away
+        if s.handoffs:
+            C[i][j] = float(np.clip((s.tokens - (s.request_steps - s.handoffs)) / s.handoffs, 0.0, 1.0))
+    return P, C
+
+
+def fit_line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """Intercept and slope (seconds, seconds per request) of step latency vs batch size."""
+    pts = [(b, s) for b, s in points if b > 0 and s > 0]
+    if not pts:
+        raise ValueError("no measured steps to fit latencies from")
+    bs, ss = np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
+    if len(pts) < 2 or np.ptp(bs) < 0.5:
+        return float(ss.mean()), 0.0
+    slope, intercept = np.polyfit(bs, ss, 1)
+    return float(max(intercept, 1e-4)), float(max(slope, 0.0))
+
+
+def profile_table(model_name: str, tag: str, max_batch: int) -> list[float] | None:
+    """Step latency by batch size (index b - 1) from this machine's calibration profile of ``model_name``, read
+    at the bench's context length; None when no profile is committed."""
+    from trsim.profile import latency_from_profile, load_profile
+
+    for base in (REPO / "calibration" / "profiles" / tag, REPO / "calibration" / tag):
+        path = base / f"{model_name}.json"
+        if path.is_file():
+            model = latency_from_profile(load_profile(path))
+            return [float(model.predict(b, b * BENCH_CONTEXT, 0)) for b in range(1, max_batch + 1)]
+    return None
+
+
+def line_table(line: tuple[float, float], max_batch: int) -> list[float]:
+    intercept, slope = line
+    return [intercept + slope * b for b in range(1, max_batch + 1)]
+
+
+def model_prediction(P: Matrix, C: Matrix, tables: Tables, concurrency: int, thresholds: Sequence[int]) -> float:
+    """Throughput (tok/s) the Markov-chain model gives ``thresholds`` at ``concurrency``."""
+    from trcore.throughput import ThroughputModel
+
+    cut = [t[:concurrency] for t in tables]
+    return float(ThroughputModel(P, C, cut, quantum_s=QUANTUM_S).solve(concurrency, list(thresholds)).throughput_tok_s)
+
+
+def optimize_table(P: Matrix, C: Matrix, tables: Tables, concurrencies: Sequence[int]) -> dict[int, list[int]]:
+    """The optimizer's B* for every concurrency."""
+    from trcore.throughput import ThroughputModel
+
+    out: dict[int, list[int]] = {}
+    for n in concurrencies:
+        cut = [t[:n] for t in tables]
+        out[n] = list(ThroughputModel(P, C, cut, quantum_s=QUANTUM_S).optimize(n).thresholds)
+    return out
+
+
+def sim_prediction(
+    P: Matrix, C: Matrix, tables: Tables, concurrency: int, thresholds: Sequence[int], baseline: str, tokens: int
+) -> float:
+    """Throughput (tok/s) of the SimPy simulator for ``baseline`` (a ``trsim.baselines`` name)."""
+    from trsim.baselines import apply_baseline
+    from trsim.build import markov_config
+    from trsim.driver import simulate
+    from trsim.latency import TableModel
+
+    latency = [TableModel(list(range(1, len(t) + 1)), list(t)) for t in tables]
+    config = markov_config(P, C, latency, thresholds, concurrency=concurrency, workload="endless", seed=0)
+    result = simulate(apply_baseline(config, baseline), tokens=tokens, warmup_tokens=tokens // 10)
+    return float(result.throughput_tok_s)

@@ -1,0 +1,215 @@
+"""Runs the benchmark matrix: one server start per (system, router), every concurrency and repetition on it,
+with a live progress display and the predicted figure printed next to each measured one.
+
+Per router, ``tokenrouter-b1`` runs first: its counters give the routing statistics (P, C) from which the
+optimizer picks ``B*`` per concurrency for ``tokenrouter`` and ``tokenrouter-readmit`` (a threshold table keyed
+by the number of active requests, so one server covers every N).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trserve.bench import predict
+from trserve.bench.client import LoadResult, Workload, run_load
+from trserve.bench.predict import StepStats
+from trserve.bench.systems import OPTIMIZED, system_config
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """What to run: systems x routers x concurrencies, ``repetitions`` windows each."""
+
+    systems: tuple[str, ...]
+    routers: tuple[str, ...]
+    concurrencies: tuple[int, ...]
+    repetitions: int
+    workload: Workload
+    base: dict[str, Any]
+    direct: bool = True
+    sim_tokens: int = 20000
+
+
+@dataclass
+class Cell:
+    """All repetitions of one (system, router, concurrency)."""
+
+    system: str
+    router: str
+    concurrency: int
+    loads: list[LoadResult] = field(default_factory=list)
+    stats: list[list[StepStats]] = field(default_factory=list)
+    thresholds: list[int] | None = None
+    predicted_model: float | None = None
+    predicted_sim: float | None = None
+    latency_source: str = ""
+
+
+@dataclass
+class RouterState:
+    """What the b1 runs of one router taught: P, C, latency tables and the optimizer's threshold table."""
+
+    P: list[list[float]]
+    C: list[list[float]]
+    tables: list[list[float]]
+    latency_source: str
+    optimized: dict[int, list[int]]
+
+
+class BenchRunner:
+    """Runs a :class:`BenchPlan`; ``display`` gets progress events (see ``trserve.bench.display``)."""
+
+    def __init__(self, plan: BenchPlan, display: Any) -> None:
+        self.plan = plan
+        self.display = display
+        self.cells: list[Cell] = []
+        self.routers: dict[str, RouterState] = {}
+        self.direct: dict[str, Any] | None = None
+
+    def run(self) -> None:
+        order = [s for s in self.plan.systems if s != "llm-only"]
+        if any(s in OPTIMIZED for s in order) and "tokenrouter-b1" not in order:
+            order.insert(0, "tokenrouter-b1")  # the optimizer needs its routing statistics
+        order.sort(key=lambda s: s != "tokenrouter-b1")
+        for router in self.plan.routers:
+            for system in order:
+                self._run_system(system, router)
+                if system == "tokenrouter-b1":
+                    self.routers[router] = self._learn(router)
+                    for cell in self.cells:  # predicted now that the routing statistics are known
+                        if cell.router == router and cell.predicted_model is None:
+                            self._predict(cell)
+                            self.display.cell_done(cell)
+        if "llm-only" in self.plan.systems:
+            self._run_system("llm-only", "none")
+        if self.plan.direct and "llm-only" in self.plan.systems:
+            self._run_direct()
+
+    def _model_names(self, system: str) -> list[str]:
+        models = self.plan.base["models"]
+        return [models[-1]["name"]] if system == "llm-only" else [m["name"] for m in models]
+
+    def _run_system(self, system: str, router: str) -> None:
+        from trserve.server_process import ServerProcess
+
+        state = self.routers.get(router)
+        table = state.optimized if state and system in OPTIMIZED else None
+        cfg = system_config(self.plan.base, system, "rstitch" if router == "none" else router, table)
+        path = Path(tempfile.mkstemp(prefix=f"bench-{system}-", suffix=".yaml")[1])
+        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        server = ServerProcess(path)
+        self.display.starting(system, router)
+        try:
+            server.start(timeout_s=900)
+            for n in self.plan.concurrencies:
+                cell = Cell(system, router, n, thresholds=table.get(n) if table else None)
+                for rep in range(self.plan.repetitions):
+                    self.display.running(cell, rep)
+                    load = asyncio.run(run_load(server.url, n, self.plan.workload))
+                    cell.loads.append(load)
+                    cell.stats.append(
+                        predict.step_stats(load.metrics_after, load.metrics_before, self._model_names(system))
+                    )
+                    self.display.measured(cell)
+                self.cells.append(cell)
+                self._predict(cell)
+                self.display.cell_done(cell)
+        finally:
+            server.stop()
+            path.unlink(missing_ok=True)
+
+    def _learn(self, router: str) -> RouterState:
+        b1 = [c for c in self.cells if c.router == router and c.system == "tokenrouter-b1"]
+        pooled = _pool([s for c in b1 for s in c.stats])
+        P, C = predict.routing_matrices(pooled)
+        tables, source = self._tables(b1, self._model_names("tokenrouter-b1"), profiles=True)
+        optimized = predict.optimize_table(P, C, tables, self.plan.concurrencies)
+        self.display.learned(router, P, C, source, optimized)
+        return RouterState(P, C, tables, source, optimized)
+
+    def _tables(self, cells: Sequence[Cell], names: list[str], profiles: bool) -> tuple[list[list[float]], str]:
+        """Latency tables: the calibration profiles (when ``profiles`` and all exist), else a line through the
+        cells' (mean batch, mean step) points; a model that never stepped falls back to its profile."""
+        from trserve.thresholds import hardware_tag
+
+        top = max(self.plan.concurrencies)
+        found = [predict.profile_table(n, hardware_tag(), top) for n in names]
+        if profiles and all(t is not None for t in found):
+            return [t for t in found if t is not None], f"calibration profile ({hardware_tag()})"
+        tables = []
+        for m, fallback in enumerate(found):
+            points = [(s[m].mean_batch, s[m].mean_step_s) for c in cells for s in c.stats]
+            try:
+                tables.append(predict.line_table(predict.fit_line(points), top))
+            except ValueError:
+                if fallback is None:
+                    raise
+                tables.append(fallback)
+        return tables, "fit to this run's step times"
+
+    def _predict(self, cell: Cell) -> None:
+        """Model and simulator figures for ``cell``; systems run on other core layouts than the calibration's
+        (lockstep and llm-only give every engine all cores) are predicted from their own measured step times."""
+        n = cell.concurrency
+        if cell.system in ("llm-only", "lockstep"):
+            own = [c for c in self.cells if c.system == cell.system and c.router == cell.router]
+            try:
+                tables, cell.latency_source = self._tables(own, self._model_names(cell.system), profiles=False)
+            except ValueError:
+                return
+        else:
+            state = self.routers.get(cell.router)
+            if state is None:
+                return
+            tables, cell.latency_source = state.tables, state.latency_source
+        if cell.system == "llm-only":
+            P, C, thresholds, baseline = [[1.0]], [[1.0]], [1], "tokenrouter"
+        else:
+            state = self.routers[cell.router]
+            P, C = state.P, state.C
+            thresholds, baseline = _model_thresholds(cell.system, n, state.optimized), _SIM_BASELINE[cell.system]
+        model_b = [n, 1] if cell.system == "lockstep" else thresholds
+        cell.predicted_model = predict.model_prediction(P, C, tables, n, model_b)
+        cell.predicted_sim = predict.sim_prediction(P, C, tables, n, thresholds, baseline, self.plan.sim_tokens)
+
+    def _run_direct(self) -> None:
+        from trserve.bench.direct import run_direct_process
+
+        self.display.starting("vllm-direct", "none")
+        self.direct = run_direct_process(
+            self.plan, concurrency=8 if 8 in self.plan.concurrencies else max(self.plan.concurrencies)
+        )
+        self.display.direct_done(self.direct)
+
+
+_SIM_BASELINE = {"tokenrouter": "tokenrouter", "tokenrouter-readmit": "tokenrouter", "tokenrouter-b1": "b1",
+                 "lockstep": "lockstep", "per-token": "per-token"}  # fmt: skip
+
+
+def _model_thresholds(system: str, n: int, optimized: dict[int, list[int]]) -> list[int]:
+    return list(optimized[n]) if system in OPTIMIZED else [1, 1]
+
+
+def _pool(stats: Sequence[list[StepStats]]) -> list[StepStats]:
+    num = len(stats[0])
+    return [
+        StepStats(
+            *(
+                sum(getattr(s[m], f) for s in stats)
+                for f in ("request_steps", "steps", "step_seconds", "handoffs", "tokens")
+            )
+        )
+        for m in range(num)
+    ]
+
+
+def cpu_load() -> float:
+    return os.getloadavg()[0]

@@ -1,0 +1,91 @@
+"""The compared systems as serve configs derived from one base config (the local pair, routed).
+
+Every system runs on the same engines and placement; only the scheduling differs:
+
+* ``tokenrouter``: asynchronous subservers, sessions (pending state), the optimizer's thresholds as a table keyed
+  by the number of active requests (so one server serves every concurrency with its own ``B*``);
+* ``tokenrouter-b1``: the same with ``B = 1`` (no delayed batching);
+* ``tokenrouter-readmit``: optimizer thresholds, hand-off by abort + re-add with prefix caching;
+* ``lockstep``: the server's ``mode: lockstep`` (``trserve.baselines.lockstep``): one driver steps one model at a
+  time while the rest of the batch waits, the official R2R pattern;
+* ``per-token``: the server's ``mode: per-token`` (``trserve.baselines.pertoken_dispatch``): every token is a new
+  one-token request, with the whole sequence, to a plain engine of the chosen model;
+* ``llm-only``: the large model alone, routing disabled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from trcore.errors import ConfigError
+
+SYSTEMS = ("tokenrouter", "tokenrouter-b1", "tokenrouter-readmit", "lockstep", "per-token", "llm-only")
+#: Systems whose thresholds come from the throughput model's optimizer.
+OPTIMIZED = ("tokenrouter", "tokenrouter-readmit")
+#: Router parameters giving about 10-35% large-model tokens on the local pair (measured fraction is reported).
+ROUTER_PARAMS: dict[str, dict[str, Any]] = {
+    "rstitch": {"tau": 2.0, "tau_back": 1.0},
+    "r2r": {},
+}
+ThresholdTable = Mapping[int, Sequence[int]]
+
+
+def check_names(systems: Sequence[str], routers: Sequence[str]) -> None:
+    """Unknown system or router names are a ConfigError listing the valid ones."""
+    for s in systems:
+        if s not in SYSTEMS:
+            raise ConfigError("systems", f"unknown system {s!r}; valid: {', '.join(SYSTEMS)}")
+    for r in routers:
+        if r not in ROUTER_PARAMS:
+            raise ConfigError("routers", f"unknown router {r!r}; valid: {', '.join(ROUTER_PARAMS)}")
+
+
+def _policy(thresholds: list[int], tables: list[dict[int, int]] | None, max_wait_ms: float | None) -> dict[str, Any]:
+    return {"thresholds": thresholds, "tables": tables, "max_wait_ms": max_wait_ms}
+
+
+def _tables(table: ThresholdTable, num_models: int) -> list[dict[int, int]]:
+    return [{int(n): int(b[m]) for n, b in sorted(table.items())} for m in range(num_models)]
+
+
+def system_config(
+    base: Mapping[str, Any],
+    system: str,
+    router: str,
+    table: ThresholdTable | None = None,
+    router_params: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The serve config (a dict for ``ServeConfig``) of ``system`` routed by ``router``.
+
+    ``table`` maps a concurrency to the optimizer's thresholds (needed by the systems in ``OPTIMIZED``)."""
+    cfg = {k: v for k, v in base.items()}
+    models = list(base["models"])
+    params = dict(ROUTER_PARAMS[router] if router_params is None else router_params)
+    cfg["router"] = {"program": router, "params": params}
+    cfg["mode"], cfg["handoff"] = "routed", "session"
+    builders: dict[str, Callable[[], dict[str, Any]]] = {
+        "tokenrouter": lambda: _policy([1] * len(models), _tables(_need(table, system), len(models)), 50.0),
+        "tokenrouter-b1": lambda: _policy([1] * len(models), None, None),
+        "tokenrouter-readmit": lambda: _policy([1] * len(models), _tables(_need(table, system), len(models)), 50.0),
+        "lockstep": lambda: _policy([1] * len(models), None, None),
+        "per-token": lambda: _policy([1] * len(models), None, None),
+    }
+    if system == "llm-only":
+        large = dict(models[-1])
+        cfg["models"] = [large]
+        cfg["router"] = {"program": "markov", "params": {"P": [[1.0]], "seed": 0}}
+        cfg["batching"] = _policy([1], None, None)
+        return cfg
+    cfg["batching"] = builders[system]()
+    if system == "tokenrouter-readmit":
+        cfg["handoff"] = "readmit"
+    if system in ("lockstep", "per-token"):
+        cfg["mode"] = system
+    return cfg
+
+
+def _need(table: ThresholdTable | None, system: str) -> ThresholdTable:
+    if not table:
+        raise ConfigError("thresholds", f"system {system!r} needs the optimizer's threshold table")
+    return table
