@@ -24,6 +24,11 @@ def _register() -> None:
     app.command("simulate")(sim.simulate)
     app.command("sweep")(sim.sweep)
 
+    from tokenrouter.commands import serve
+
+    app.command("serve")(serve.serve)
+    app.command("demo")(serve.demo)
+
     from tokenrouter.commands import routers
 
     app.command("train-routers")(routers.train_routers)

@@ -51,10 +51,7 @@ class Worker:
     generation: int = 0
     restarts: int = 0
     pid: int | None = None
-
-    @property
-    def log_path(self) -> Path:
-        raise NotImplementedError
+    ready: asyncio.Future[Ready] | None = None
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -112,12 +109,14 @@ class Launcher:
         logf.close()
         worker.pid = worker.process.pid
         # Registered before the worker can answer: a Ready that arrives while we wait for another worker is kept.
-        self.frontend.ready_waiters[spec.index] = asyncio.get_running_loop().create_future()
+        worker.ready = asyncio.get_running_loop().create_future()
+        self.frontend.ready_waiters[spec.index] = worker.ready
         self.frontend.connect(spec.index, self.spec.endpoints.inbox(spec.index))
 
     async def _await_ready(self, worker: Worker, timeout_s: float) -> Ready:
         loop = asyncio.get_running_loop()
-        fut = self.frontend.ready_waiters[worker.spec.index]
+        fut = worker.ready
+        assert fut is not None
         deadline = loop.time() + timeout_s
         while not fut.done():
             assert worker.process is not None

@@ -156,7 +156,7 @@ class SubserverLoop:
     # -- one step ---------------------------------------------------------------------------------------------
 
     def _step(self, batch: Batch) -> None:
-        items = [self.make_item(r.request_id, _unseen(r, self.model), r.spec.sampling) for r in batch.requests]
+        items = [self.make_item(r.request_id, unseen_tokens(r, self.model), r.spec.sampling) for r in batch.requests]
         outputs_before = [r.num_output_tokens for r in batch.requests]
         started = time.perf_counter()
         try:
@@ -181,18 +181,13 @@ class SubserverLoop:
         num_handoffs = 0
         for dest, msg in handoffs:
             if dest == CLIENT:
-                finished.append(_finished(msg, batch))
+                finished.append(finished_message(msg, batch))
                 self.engine.release(msg.request_id)
             else:
                 num_handoffs += 0 if msg.is_finished else 1
                 self.mailbox.send(dest, msg)
         self.stats.num_handoffs += num_handoffs
-        done = {f.request_id for f in finished}
-        tokens = [
-            (r.request_id, n, tuple(r.output_token_ids[n:]))
-            for r, n in zip(batch.requests, before, strict=True)
-            if r.num_output_tokens > n and r.request_id not in done
-        ]
+        tokens = committed_tokens(batch, before, {f.request_id for f in finished})
         return StepReport(
             model=self.model,
             batch_size=batch.size,
@@ -225,23 +220,34 @@ class SubserverLoop:
             num_resident=len(self.sub.requests),
             num_ready=self.sub.num_ready,
             kv_usage=self.engine.kv_usage(),
-            rss_bytes=_rss_bytes(),
+            rss_bytes=rss_bytes(),
             num_steps=self.stats.num_steps,
         )
 
 
-def _unseen(req: Request, model: int) -> list[int]:
+def unseen_tokens(req: Request, model: int) -> list[int]:
     return req.token_ids[req.anchors[model] :]
 
 
-def _finished(msg: PeerReq, batch: Batch) -> Finished:
+def committed_tokens(batch: Batch, before: list[int], done: set[str]) -> list[tuple[str, int, tuple[int, ...]]]:
+    """``(request_id, offset, tokens)`` for each request of ``batch`` whose output grew past ``before`` (its
+    output length at launch); finished requests (``done``) report their whole output separately."""
+    return [
+        (r.request_id, n, tuple(r.output_token_ids[n:]))
+        for r, n in zip(batch.requests, before, strict=True)
+        if r.num_output_tokens > n and r.request_id not in done
+    ]
+
+
+def finished_message(msg: PeerReq, batch: Batch) -> Finished:
+    """The front end's message for a request that finished in ``batch`` (``msg`` is the core's CLIENT hand-off)."""
     req = next(r for r in batch.requests if r.request_id == msg.request_id)
     last = req.token_ids[-1] if req.num_output_tokens else None
     reason = "stop" if last is not None and last in req.spec.stop_token_ids else "length"
     return Finished(msg.request_id, tuple(msg.token_ids), reason)
 
 
-def _rss_bytes() -> int:
+def rss_bytes() -> int:
     """Resident memory of this process and its children (an engine core may run in a child)."""
     import psutil
 

@@ -92,3 +92,54 @@ class State:
     rss_bytes: int
     num_steps: int
     engine: dict[str, object] = field(default_factory=dict)
+
+
+# -- baselines: a driver process talking to engine-only worker processes ---------------------------------------
+
+
+@dataclass(frozen=True)
+class StepCall:
+    """Lockstep: run one ``StepEngine.step`` on these items (``(request_id, new_token_ids, sampling)``)."""
+
+    call_id: int
+    items: list[tuple[str, list[int], dict[str, object]]]
+
+
+@dataclass(frozen=True)
+class StepReply:
+    """The answer to :class:`StepCall`: one ``(token_id, top_logprobs, entropy)`` per item, or an error."""
+
+    call_id: int
+    outputs: list[tuple[int, dict[int, float], float | None]]
+    step_s: float
+    kv_usage: float
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Release:
+    """Free these requests in an engine worker."""
+
+    request_ids: list[str]
+
+
+@dataclass(frozen=True)
+class OneToken:
+    """Per-token baseline: sample one token after ``token_ids`` (the whole sequence) as a new request."""
+
+    request_id: str
+    seq_no: int
+    token_ids: list[int]
+    sampling: dict[str, object]
+
+
+@dataclass(frozen=True)
+class TokenReply:
+    """The answer to :class:`OneToken`."""
+
+    request_id: str
+    seq_no: int
+    token_id: int
+    top_logprobs: dict[int, float]
+    entropy: float | None
+    latency_s: float

@@ -82,6 +82,8 @@ class Metrics:
     def observe_states(self, states: list[State]) -> None:
         """Refresh the per-model gauges from probe answers."""
         for state in states:
+            if state.model < 0:  # a driver or dispatcher process, not a model
+                continue
             model = self.name(state.model)
             self.queue_length.labels(model).set(state.num_ready)
             self.resident.labels(model).set(state.num_resident)

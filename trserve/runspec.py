@@ -63,7 +63,9 @@ class RunSpec:
         max_wait = None if batching.max_wait_ms is None else batching.max_wait_ms / 1000.0
         max_batch = batching.max_batch or self.config.models[model].max_num_seqs
         max_batch = min(max_batch, self.config.models[model].max_num_seqs)
-        return BatchingPolicy(self.thresholds[model], tables, max_wait, max_batch)
+        # Peers' slack keeps the threshold vector deadlock-free as the active count falls (trcore.policies_for).
+        peer_slack = sum(b - 1 for m, b in enumerate(self.thresholds) if m != model)
+        return BatchingPolicy(self.thresholds[model], tables, max_wait, max_batch, peer_slack)
 
     def save(self, path: str | Path) -> None:
         data = {

@@ -4,10 +4,11 @@ A request may bring, in ``Request.extra`` (the HTTP field ``routing_extra``):
 
 * ``schedule``: ``[[destination, kept], ...]``, the decision for each of its steps in order, whichever model
   makes the step;
-* ``handoff_prob``: after its schedule runs out, the chance that a step hands the request to another model.
+* ``handoff_prob``: after its schedule runs out, the chance that a step hands the request to another model;
+* ``decision_key``: what random decisions are keyed by instead of the request id.
 
-Random decisions are a pure function of ``(seed, request id, step index)``, so a run can be replayed exactly
-by a reference loop.
+Random decisions are a pure function of ``(seed, decision key or request id, step index)``, so a run can be
+replayed exactly by a reference loop.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ class ScheduleProgram(RoutingProgram):
             dest, kept = schedule[index]
             return int(dest), bool(kept)  # type: ignore[call-overload]
         prob = float(request.extra.get("handoff_prob", self.handoff_prob))
-        return random_decision(self.seed, request.request_id, index, self.model, self.num_models, prob), True
+        key = str(request.extra.get("decision_key", request.request_id))
+        return random_decision(self.seed, key, index, self.model, self.num_models, prob), True
 
 
 def random_decision(seed: int, request_id: str, index: int, model: int, num_models: int, prob: float) -> int:

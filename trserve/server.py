@@ -36,17 +36,20 @@ def resolve(cfg: ServeConfig, run_dir: str) -> tuple[RunSpec, list[WorkerSpec]]:
 
 
 def worker_specs(cfg: ServeConfig, placements: list[Placement]) -> list[WorkerSpec]:
-    """The processes of a run: one subserver per model (routed), one process for all (lockstep), or a
-    dispatcher plus one plain engine per model (per-token)."""
+    """The processes of a run: one subserver per model (routed); or a driver (lockstep) or dispatcher
+    (per-token) as worker 0 plus one engine-only worker per model (worker ``1 + m`` serves model ``m``)."""
+    if cfg.mode == "routed":
+        return [WorkerSpec(i, m.name, "trserve.subserver_proc", placements[i]) for i, m in enumerate(cfg.models)]
+    everything = merge(placements)
     if cfg.mode == "lockstep":
-        return [WorkerSpec(0, "lockstep", "trserve.baselines.lockstep", merge(placements))]
-    if cfg.mode == "per-token":
-        dispatcher = WorkerSpec(0, "dispatcher", "trserve.baselines.pertoken_dispatch", Placement(cpus=()))
-        engines = [
-            WorkerSpec(1 + i, m.name, "trserve.baselines.pertoken", placements[i]) for i, m in enumerate(cfg.models)
-        ]
-        return [dispatcher, *engines]
-    return [WorkerSpec(i, m.name, "trserve.subserver_proc", placements[i]) for i, m in enumerate(cfg.models)]
+        # Models never run at once here, so each engine may use every core the models were given.
+        driver = WorkerSpec(0, "lockstep", "trserve.baselines.lockstep", everything)
+        module, engine_places = "trserve.baselines.engine_worker", [everything] * len(placements)
+    else:
+        driver = WorkerSpec(0, "dispatcher", "trserve.baselines.pertoken_dispatch", everything)
+        module, engine_places = "trserve.baselines.pertoken", placements
+    engines = [WorkerSpec(1 + i, m.name, module, engine_places[i]) for i, m in enumerate(cfg.models)]
+    return [driver, *engines]
 
 
 def api_key_of(cfg: ServeConfig) -> str | None:
@@ -64,7 +67,7 @@ async def serve(cfg: ServeConfig) -> int:
     log_dir = Path(cfg.server.log_dir) if cfg.server.log_dir else Path(run_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     spec, workers = resolve(cfg, run_dir)
-    metrics = Metrics([w.name for w in workers] if cfg.mode != "routed" else [m.name for m in cfg.models])
+    metrics = Metrics([m.name for m in cfg.models])
     active = ActiveCounter(spec.endpoints.active_file, writable=True)
     book = spec.endpoints.address_book()
     frontend_addr = book.pop(-1)

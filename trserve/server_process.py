@@ -36,7 +36,7 @@ class ServerProcess:
 
     def start(self, timeout_s: float = 600.0) -> None:
         """Start and wait for ``/health`` to answer 200; raises RuntimeError with the log tail on failure."""
-        cmd = [sys.executable, "-m", "tokenrouter.commands.serve", "--host", "127.0.0.1", "--port", str(self.port)]
+        cmd = [sys.executable, "-m", "tokenrouter", "serve", "--host", "127.0.0.1", "--port", str(self.port)]
         if self.config is not None:
             cmd += ["--config", str(self.config)]
         with open(self.log_path, "wb") as log:

@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from trcore import PROGRAMS, RoutingProgram, Subserver, check_signals
@@ -105,17 +106,22 @@ def run(spec: RunSpec, model: int) -> None:
         engine.close()
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def worker_main(run_worker: Callable[[RunSpec, int], None], argv: list[str] | None = None) -> None:
+    """The common entry of a worker process: ``RUN_JSON INDEX`` arguments, logging, dying with the launcher."""
+    parser = argparse.ArgumentParser()
     parser.add_argument("run_json")
-    parser.add_argument("model", type=int)
+    parser.add_argument("index", type=int)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     _die_with_parent()
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     spec = RunSpec.load(args.run_json)
-    log.info("model %d: pid %d, cpus %s", args.model, os.getpid(), sorted(os.sched_getaffinity(0)))
-    run(spec, args.model)
+    log.info("worker %d: pid %d, cpus %s", args.index, os.getpid(), sorted(os.sched_getaffinity(0)))
+    run_worker(spec, args.index)
+
+
+def main(argv: list[str] | None = None) -> None:
+    worker_main(run, argv)
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ def test_bad_yaml_is_a_config_error(tmp_path):
 def test_prepared_model_missing_names_the_prepare_command(tmp_path, monkeypatch):
     monkeypatch.setenv("TOKENROUTER_DATA_DIR", str(tmp_path))
     with pytest.raises(ConfigError, match="tokenrouter models prepare"):
-        resolve_model_path("prepared:nothing-here")
+        resolve_model_path("prepared:small")
     with pytest.raises(ConfigError, match=r"no config\.json"):
         resolve_model_path(str(tmp_path))
 
@@ -109,3 +109,10 @@ def test_run_spec_round_trip_and_policy(tmp_path):
     assert again == spec
     policy = again.policy(0)
     assert policy.threshold_for(10) == 4 and policy.max_wait_s == 0.005 and policy.max_batch == 64
+
+
+def test_shipped_default_yaml_is_the_embedded_default():
+    from pathlib import Path
+
+    shipped = Path(__file__).resolve().parents[2] / "configs" / "default.yaml"
+    assert load_config(shipped) == default_config()

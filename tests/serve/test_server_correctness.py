@@ -4,9 +4,11 @@ decisions and no pending state (transformers for vLLM, the hash function for the
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Sequence
 
 import pytest
+import torch
 
 from tests.serve.engine_support import greedy_next, hf_model, sample_prompts
 from tests.serve.server_fixtures import MODEL, Served
@@ -25,15 +27,16 @@ SCHEDULES = [
 ]
 
 
-def reference(next_token: NextToken, prompt: Sequence[int], rid: str, max_tokens: int, schedule=(), prob=0.0):
-    """One sequence, every token recomputed from the whole of it, under the schedule program's decisions."""
+def reference(next_token: NextToken, prompt: Sequence[int], key: str, max_tokens: int, schedule=(), prob=0.0):
+    """One sequence, every token recomputed from the whole of it, under the schedule program's decisions
+    (random ones keyed by ``key``: the request's ``decision_key``)."""
     seq, model, index = list(prompt), 0, 0
     while True:
         token = next_token(model, seq)
         if index < len(schedule):
             dest, kept = schedule[index]
         else:
-            dest, kept = random_decision(0, rid, index, model, 2, prob), True
+            dest, kept = random_decision(0, key, index, model, 2, prob), True
         index += 1
         if kept:
             seq.append(token)
@@ -42,11 +45,23 @@ def reference(next_token: NextToken, prompt: Sequence[int], rid: str, max_tokens
         model = dest
 
 
+@functools.cache
+def _hf_next_token(dirs: tuple[str, ...]) -> NextToken:
+    torch.set_num_threads(1)  # the engines are busy on every core; more threads only spin
+    models = [hf_model(d) for d in dirs]
+
+    @functools.cache
+    def next_token(model: int, seq: tuple[int, ...]) -> int:
+        return greedy_next(models[model], list(seq))[0]
+
+    return lambda model, seq: next_token(model, tuple(seq))
+
+
 def next_token_for(server: Served) -> NextToken:
+    """Greedy next token of model ``m`` after a sequence, for the server's backend (memoized across tests)."""
     if server.backend == "hash":
         return lambda model, seq: hash_next(model, seq).token_id
-    models = [hf_model(d) for d in server.model_dirs]
-    return lambda model, seq: greedy_next(models[model], seq)[0]
+    return _hf_next_token(server.model_dirs)
 
 
 @pytest.fixture(params=["hash", "vllm"], scope="module")
@@ -88,13 +103,14 @@ def test_fixed_handoff_schedule_gives_the_reference_loop_tokens(server: Served):
 def test_64_concurrent_requests_with_random_handoffs_lose_and_duplicate_nothing(server: Served):
     base = sample_prompts()
     prompts = [[*base[k % len(base)], 300 + k] for k in range(64)]
-    answers = asyncio.run(ask(server, prompts, 12, [{"handoff_prob": 0.3}] * len(prompts)))
+    extras = [{"handoff_prob": 0.3, "decision_key": f"k{k}"} for k in range(64)]
+    answers = asyncio.run(ask(server, prompts, 12, extras))
     assert len({a["id"] for a in answers}) == 64
     assert all(len(a["choices"][0]["token_ids"]) == 12 for a in answers)
     next_token = next_token_for(server)
     checked = answers if server.backend == "hash" else answers[:16]  # transformers is slow here
-    for prompt, answer in zip(prompts, checked, strict=False):
-        expected = reference(next_token, prompt, answer["id"], 12, prob=0.3)
+    for k, (prompt, answer) in enumerate(zip(prompts, checked, strict=False)):
+        expected = reference(next_token, prompt, f"k{k}", 12, prob=0.3)
         assert answer["choices"][0]["token_ids"] == expected, answer["id"]
     state = server.state()
     assert state["in_flight"] == 0

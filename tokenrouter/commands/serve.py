@@ -48,15 +48,16 @@ def serve(
 @cli_errors
 def demo(
     config: Path | None = typer.Option(None, "--config", "-c", help="Serve config (YAML); default: the local pair."),
-    port: int = typer.Option(8765, help="Port for the temporary server."),
+    port: int = typer.Option(0, min=0, max=65535, help="Port for the temporary server (0: any free port)."),
     num_requests: int = typer.Option(16, min=1, help="Requests in the routed workload."),
     concurrency: int = typer.Option(8, min=1, help="Requests in flight at once."),
     max_tokens: int = typer.Option(32, min=1, help="Output tokens per request."),
 ) -> None:
     """Start the server, run a short routed workload against it, print throughput and a sample answer, stop."""
     from trserve.demo import run_demo
+    from trserve.server_process import free_port
 
-    cfg = _load(config, "127.0.0.1", port)
+    cfg = _load(config, "127.0.0.1", port or free_port())
     status = run_demo(cfg, config, num_requests=num_requests, concurrency=concurrency, max_tokens=max_tokens)
     if status:
         raise typer.Exit(status)

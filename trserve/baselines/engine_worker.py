@@ -1,0 +1,66 @@
+"""An engine-only worker for the lockstep baseline: ``python -m trserve.baselines.engine_worker RUN_JSON INDEX``.
+
+Worker ``INDEX`` hosts model ``INDEX - 1``'s step engine and runs exactly the steps the lockstep driver
+(process 0) asks for, one at a time; it has no scheduler of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+from trserve.loop import rss_bytes
+from trserve.messages import Abort, Probe, Ready, Release, Rewire, Shutdown, State, StepCall, StepReply
+from trserve.runspec import RunSpec
+from trserve.subserver_proc import start_engine, worker_main
+from trserve.transport import FRONTEND, Mailbox
+
+log = logging.getLogger("trserve.engine_worker")
+DRIVER = 0
+
+
+def step_reply(engine: Any, make_item: Any, step_error: type[Exception], call: StepCall) -> StepReply:
+    started = time.perf_counter()
+    try:
+        outs = engine.step([make_item(rid, tokens, sampling) for rid, tokens, sampling in call.items])
+    except step_error as exc:
+        return StepReply(call.call_id, [], 0.0, engine.kv_usage(), error=str(exc))
+    step_s = time.perf_counter() - started
+    outputs = [(int(o.token_id), dict(o.top_logprobs), o.entropy) for o in outs]
+    return StepReply(call.call_id, outputs, step_s, engine.kv_usage())
+
+
+def run(spec: RunSpec, index: int) -> None:
+    model = index - 1
+    engine, make_item, step_error = start_engine(spec, model)
+    try:
+        book = spec.endpoints.address_book()
+        mailbox = Mailbox(book.pop(index), book)
+        mailbox.send(FRONTEND, Ready(index, os.getpid(), engine.kv_usage(), tuple(sorted(engine.available_signals))))
+        parent = os.getppid()
+        num_steps = 0
+        while os.getppid() == parent:
+            for msg in mailbox.receive_all(1.0):
+                if isinstance(msg, StepCall):
+                    mailbox.send(DRIVER, step_reply(engine, make_item, step_error, msg))
+                    num_steps += 1
+                elif isinstance(msg, Release | Abort):
+                    for rid in msg.request_ids if isinstance(msg, Release) else [msg.request_id]:
+                        engine.release(rid)
+                elif isinstance(msg, Probe):
+                    resident = int(getattr(engine, "num_resident", len(getattr(engine, "kv", {}))))
+                    mailbox.send(FRONTEND, State(model, msg.token, os.getpid(), resident, 0, engine.kv_usage(),
+                                                 rss_bytes(), num_steps))  # fmt: skip
+                elif isinstance(msg, Shutdown):
+                    return
+                elif isinstance(msg, Rewire):
+                    mailbox.rewire(msg.model, msg.address)
+    finally:
+        engine.close()
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main(run))

@@ -1,0 +1,166 @@
+"""The ``lockstep`` baseline: one process drives every model's engine, one model at a time.
+
+``python -m trserve.baselines.lockstep RUN_JSON 0``. The driver holds one ``trcore.Subserver`` per model (threshold
+1) and runs rounds: each model with ready requests steps them in turn while the others wait, and hand-offs are
+applied at once, so a request routed to another model is stepped there in the same round and the rest of the
+batch waits for it (the pattern of the official R2R code). Engines live in engine-only workers (one vLLM engine
+per process); since they never run at the same time, each may use all of the machine's cores.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import sys
+import time
+from collections import deque
+from typing import Any
+
+from trcore import CLIENT, Batch, BatchingPolicy, PeerReq, StepResult, Subserver
+from trserve.loop import committed_tokens, finished_message, rss_bytes, unseen_tokens
+from trserve.messages import (
+    Abort,
+    Failed,
+    Probe,
+    Ready,
+    Release,
+    Rewire,
+    Shutdown,
+    State,
+    StepCall,
+    StepReply,
+    StepReport,
+)  # fmt: skip
+from trserve.runspec import RunSpec
+from trserve.subserver_proc import build_program, worker_main
+from trserve.transport import FRONTEND, Mailbox
+
+log = logging.getLogger("trserve.lockstep")
+
+
+def engine_proc(model: int) -> int:
+    """Worker index of model ``model``'s engine (the driver is worker 0)."""
+    return model + 1
+
+
+class LockstepDriver:
+    """Rounds over the models; every step is a blocking call to that model's engine worker."""
+
+    def __init__(self, subs: list[Subserver], mailbox: Any, entry: int = 0, clock: Any = time.monotonic) -> None:
+        self.subs = subs
+        self.entry = entry
+        self.mailbox = mailbox
+        self.clock = clock
+        self.is_stopping = False
+        self.num_steps = 0
+        self._backlog: deque[Any] = deque()
+        self._calls = itertools.count()
+
+    def run(self) -> None:
+        parent = os.getppid()
+        while not self.is_stopping and os.getppid() == parent:
+            self.run_round()
+
+    def run_round(self) -> None:
+        busy = any(sub.num_ready for sub in self.subs)
+        self._handle_all([*self._drain_backlog(), *self.mailbox.receive_all(0 if busy else 1.0)])
+        for sub in self.subs:
+            batch = sub.launch(self.clock())
+            if batch is not None:
+                self._step(sub, batch)
+
+    def _drain_backlog(self) -> list[Any]:
+        out = list(self._backlog)
+        self._backlog.clear()
+        return out
+
+    def _handle_all(self, messages: list[Any]) -> None:
+        for msg in messages:
+            if isinstance(msg, PeerReq):
+                if not msg.is_finished and msg.spec is not None:
+                    self.subs[self.entry].receive(msg, self.clock())  # a new request from the front end
+            elif isinstance(msg, Abort):
+                self._forget(msg.request_id)
+            elif isinstance(msg, Probe):
+                resident = len({rid for sub in self.subs for rid in sub.requests})
+                ready = sum(sub.num_ready for sub in self.subs)
+                state = State(-1, msg.token, os.getpid(), resident, ready, 0.0, rss_bytes(), self.num_steps)
+                self.mailbox.send(FRONTEND, state)
+            elif isinstance(msg, Rewire):
+                self.mailbox.rewire(msg.model, msg.address)
+            elif isinstance(msg, Shutdown):
+                self.is_stopping = True
+
+    def _forget(self, request_id: str) -> None:
+        for m, sub in enumerate(self.subs):
+            if sub.abort(request_id):
+                self.mailbox.send(engine_proc(m), Release([request_id]))
+
+    def _call(self, model: int, batch: Batch) -> StepReply:
+        items = [(r.request_id, unseen_tokens(r, model), dict(r.spec.sampling)) for r in batch.requests]
+        call = StepCall(next(self._calls), items)
+        self.mailbox.send(engine_proc(model), call)
+        while True:  # the whole system waits for this one step
+            for msg in self.mailbox.receive_all(1.0):
+                if isinstance(msg, StepReply) and msg.call_id == call.call_id:
+                    return msg
+                if isinstance(msg, Rewire):  # an engine restarted; if it is this one, the call is lost
+                    self.mailbox.rewire(msg.model, msg.address)
+                    if msg.model == engine_proc(model):
+                        return StepReply(call.call_id, [], 0.0, 0.0, error="its engine worker restarted")
+                    continue
+                self._backlog.append(msg)
+
+    def _step(self, sub: Subserver, batch: Batch) -> None:
+        model = sub.model
+        before = [r.num_output_tokens for r in batch.requests]
+        reply = self._call(model, batch)
+        if reply.error is not None:
+            failed = [Failed(r.request_id, f"model {model} could not step: {reply.error}") for r in batch.requests]
+            for r in batch.requests:
+                self._forget(r.request_id)
+            sub.running = None
+            self.mailbox.send(FRONTEND, StepReport(model, batch.size, 0, 0.0, 0, 0, 0, reply.kv_usage, failed=failed))
+            return
+        result = StepResult(
+            token_ids=[o[0] for o in reply.outputs],
+            top_logprobs=[o[1] for o in reply.outputs],
+            entropy=[o[2] for o in reply.outputs] if all(o[2] is not None for o in reply.outputs) else None,
+            request_ids=batch.request_ids,
+        )
+        now = self.clock()
+        handoffs = sub.complete(batch, result, now)
+        self.num_steps += 1
+        finished, num_handoffs = [], 0
+        for dest, msg in handoffs:
+            if dest == CLIENT:
+                finished.append(finished_message(msg, batch))
+                self.mailbox.send(engine_proc(model), Release([msg.request_id]))
+            elif msg.is_finished:
+                self.subs[dest].receive(msg, now)
+                self.mailbox.send(engine_proc(dest), Release([msg.request_id]))
+            else:
+                num_handoffs += 1
+                self.subs[dest].receive(msg, now)
+        tokens = committed_tokens(batch, before, {f.request_id for f in finished})
+        report = StepReport(
+            model, batch.size, sum(batch.num_new_tokens), reply.step_s, sub.num_ready, len(sub.requests),
+            num_handoffs, reply.kv_usage, tokens=tokens, finished=finished,
+        )  # fmt: skip
+        self.mailbox.send(FRONTEND, report)
+
+
+def run(spec: RunSpec, index: int) -> None:
+    n = spec.config.num_models
+    max_batch = [spec.policy(m).max_batch for m in range(n)]
+    subs = [Subserver(build_program(spec, m), BatchingPolicy(threshold=1, max_batch=max_batch[m])) for m in range(n)]
+    book = spec.endpoints.address_book()
+    mailbox = Mailbox(book.pop(index), book)
+    mailbox.send(FRONTEND, Ready(index, os.getpid(), 0.0))
+    LockstepDriver(subs, mailbox, entry=spec.config.entry_model).run()
+    mailbox.close()
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main(run))

@@ -1,0 +1,142 @@
+"""A plain vLLM engine for the ``per-token`` baseline: ``python -m trserve.baselines.pertoken RUN_JSON INDEX``.
+
+Worker ``INDEX`` serves model ``INDEX - 1`` the way standard serving does: every request is new (the whole
+sequence as its prompt, one output token), the engine batches whatever is queued (continuous batching, free
+running), and prefix caching gives back the KV blocks of sequences it saw before. Nothing is kept between tokens.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+from trserve.hash_engine import hash_next
+from trserve.loop import rss_bytes
+from trserve.messages import Abort, OneToken, Probe, Ready, Rewire, Shutdown, State, TokenReply
+from trserve.runspec import RunSpec
+from trserve.subserver_proc import engine_config, worker_main
+from trserve.transport import FRONTEND, Mailbox
+
+log = logging.getLogger("trserve.pertoken")
+DISPATCHER = 0
+
+
+class PlainEngine:
+    """A free-running vLLM engine core fed one-token requests (in this process, like ``StepEngine``)."""
+
+    def __init__(self, spec: RunSpec, model: int) -> None:
+        from trserve.engine_core import CoreLink, start_core
+        from trserve.signals import EntropySink
+
+        self.config = engine_config(spec, model, handoff="readmit", enable_prefix_caching=True)
+        self.sink = EntropySink()
+        self.link = CoreLink(start_core(self.config, self.sink))
+        self.pending: dict[str, tuple[OneToken, float]] = {}
+        self.add(OneToken("__warmup__", 0, [0, 1, 2], {}))
+        while self.pending:  # the first forward pass is slow; pay it before serving
+            self.poll()
+
+    def add(self, msg: OneToken) -> None:
+        from trserve.engine_core import sampling_params
+
+        engine_id = f"{msg.request_id}#{msg.seq_no}"
+        params = sampling_params(msg.sampling, self.config.top_logprobs, engine_id, seed_offset=len(msg.token_ids))
+        self.link.add(engine_id, msg.token_ids, params, resumable=False)
+        self.pending[engine_id] = (msg, time.perf_counter())
+
+    def abort(self, request_id: str) -> None:
+        gone = [eid for eid, (msg, _) in self.pending.items() if msg.request_id == request_id]
+        for eid in gone:
+            del self.pending[eid]
+        self.link.abort([eid for eid in gone if self.link.holds(eid)])
+
+    def poll(self) -> list[TokenReply]:
+        """One engine iteration; the tokens it finished."""
+        from trserve.signals import top_logprobs_of
+
+        outputs, _ = self.link.step()
+        entropies = self.sink.take()
+        replies = []
+        for out in outputs:
+            entry = self.pending.pop(out.request_id, None)
+            if entry is None or not out.new_token_ids:
+                continue
+            msg, started = entry
+            top, _ = top_logprobs_of(out.new_logprobs, self.config.top_logprobs)
+            latency = time.perf_counter() - started
+            token = int(out.new_token_ids[0])
+            replies.append(TokenReply(msg.request_id, msg.seq_no, token, top, entropies.get(out.request_id), latency))
+        return replies
+
+    def kv_usage(self) -> float:
+        return self.link.kv_usage()
+
+    def close(self) -> None:
+        self.link.shutdown()
+
+
+class HashPlainEngine:
+    """``backend: hash``: the same interface, stateless (the whole sequence comes with every request)."""
+
+    def __init__(self, spec: RunSpec, model: int) -> None:
+        self.model = model
+        self.pending: dict[str, tuple[OneToken, float]] = {}
+
+    def add(self, msg: OneToken) -> None:
+        self.pending[f"{msg.request_id}#{msg.seq_no}"] = (msg, time.perf_counter())
+
+    def abort(self, request_id: str) -> None:
+        self.pending = {k: v for k, v in self.pending.items() if v[0].request_id != request_id}
+
+    def poll(self) -> list[TokenReply]:
+        time.sleep(0.005)
+        replies = []
+        for msg, started in self.pending.values():
+            out = hash_next(self.model, msg.token_ids)
+            latency = time.perf_counter() - started
+            replies.append(TokenReply(msg.request_id, msg.seq_no, out.token_id, out.top_logprobs, out.entropy, latency))
+        self.pending.clear()
+        return replies
+
+    def kv_usage(self) -> float:
+        return 0.0
+
+    def close(self) -> None:
+        self.pending.clear()
+
+
+def run(spec: RunSpec, index: int) -> None:
+    model = index - 1
+    engine: Any = HashPlainEngine(spec, model) if spec.config.backend == "hash" else PlainEngine(spec, model)
+    try:
+        book = spec.endpoints.address_book()
+        mailbox = Mailbox(book.pop(index), book)
+        mailbox.send(FRONTEND, Ready(index, os.getpid(), engine.kv_usage()))
+        parent, num_tokens = os.getppid(), 0
+        while os.getppid() == parent:
+            for msg in mailbox.receive_all(0 if engine.pending else 1.0):
+                if isinstance(msg, OneToken):
+                    engine.add(msg)
+                elif isinstance(msg, Abort):
+                    engine.abort(msg.request_id)
+                elif isinstance(msg, Probe):
+                    state = State(model, msg.token, os.getpid(), len(engine.pending), len(engine.pending),
+                                  engine.kv_usage(), rss_bytes(), num_tokens)  # fmt: skip
+                    mailbox.send(FRONTEND, state)
+                elif isinstance(msg, Rewire):
+                    mailbox.rewire(msg.model, msg.address)
+                elif isinstance(msg, Shutdown):
+                    return
+            if engine.pending:
+                for reply in engine.poll():
+                    mailbox.send(DISPATCHER, reply)
+                    num_tokens += 1
+    finally:
+        engine.close()
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main(run))

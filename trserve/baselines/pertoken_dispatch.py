@@ -1,0 +1,129 @@
+"""The dispatcher of the ``per-token`` baseline: ``python -m trserve.baselines.pertoken_dispatch RUN_JSON 0``.
+
+Standard serving plus an external router: every token of every request is a new one-token request to the plain
+engine of the model the routing program chose (``trserve.baselines.pertoken``), carrying the whole sequence so
+far. Requests never wait for each other here; each engine batches what it has. The routing decisions come from
+the same ``trcore`` code as the routed server: each request gets its own single-request subserver per model
+(threshold 1), sharing that model's routing program.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from trcore import CLIENT, Batch, BatchingPolicy, PeerReq, RoutingProgram, StepResult, Subserver
+from trserve.loop import committed_tokens, finished_message, rss_bytes
+from trserve.messages import Abort, OneToken, Probe, Ready, Rewire, Shutdown, State, StepReport, TokenReply
+from trserve.runspec import RunSpec
+from trserve.subserver_proc import build_program, worker_main
+from trserve.transport import FRONTEND, Mailbox
+
+log = logging.getLogger("trserve.pertoken")
+ONE_AT_A_TIME = BatchingPolicy(threshold=1, max_batch=1)
+
+
+def engine_proc(model: int) -> int:
+    return model + 1
+
+
+@dataclass
+class Flight:
+    """One request in flight: its subservers (one per model), and the token request outstanding."""
+
+    subs: list[Subserver]
+    batch: Batch | None = None
+    seq_no: int = 0
+    output_before: int = 0
+    num_sent: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Dispatcher:
+    def __init__(self, programs: list[RoutingProgram], mailbox: Any, entry: int = 0) -> None:
+        self.programs = programs
+        self.mailbox = mailbox
+        self.entry = entry
+        self.flights: dict[str, Flight] = {}
+        self.is_stopping = False
+        self.num_tokens = 0
+
+    def run(self) -> None:
+        parent = os.getppid()
+        while not self.is_stopping and os.getppid() == parent:
+            for msg in self.mailbox.receive_all(1.0):
+                self.handle(msg)
+
+    def handle(self, msg: Any) -> None:
+        if isinstance(msg, TokenReply):
+            self._on_token(msg)
+        elif isinstance(msg, PeerReq):
+            if msg.spec is not None and not msg.is_finished:
+                self._start(msg)
+        elif isinstance(msg, Abort):
+            self.flights.pop(msg.request_id, None)  # the engines drop it too (the front end tells everyone)
+        elif isinstance(msg, Probe):
+            state = State(-1, msg.token, os.getpid(), len(self.flights), 0, 0.0, rss_bytes(), self.num_tokens)
+            self.mailbox.send(FRONTEND, state)
+        elif isinstance(msg, Rewire):
+            self.mailbox.rewire(msg.model, msg.address)
+        elif isinstance(msg, Shutdown):
+            self.is_stopping = True
+
+    def _start(self, msg: PeerReq) -> None:
+        flight = Flight([Subserver(p, ONE_AT_A_TIME) for p in self.programs])
+        self.flights[msg.request_id] = flight
+        flight.subs[self.entry].receive(msg, time.monotonic())
+        self._ask(msg.request_id, flight)
+
+    def _ask(self, request_id: str, flight: Flight) -> None:
+        now = time.monotonic()
+        batch = next(b for b in (sub.launch(now) for sub in flight.subs) if b is not None)
+        req = batch.requests[0]
+        flight.batch, flight.seq_no, flight.output_before = batch, flight.seq_no + 1, req.num_output_tokens
+        flight.num_sent = len(req.token_ids)
+        sampling = dict(req.spec.sampling)
+        self.mailbox.send(engine_proc(batch.model), OneToken(request_id, flight.seq_no, list(req.token_ids), sampling))
+
+    def _on_token(self, reply: TokenReply) -> None:
+        flight = self.flights.get(reply.request_id)
+        if flight is None or flight.batch is None or reply.seq_no != flight.seq_no:
+            return  # aborted meanwhile
+        batch, model = flight.batch, flight.batch.model
+        entropy = None if reply.entropy is None else [reply.entropy]
+        step = StepResult([reply.token_id], [reply.top_logprobs], entropy, request_ids=[reply.request_id])
+        now = time.monotonic()
+        handoffs = flight.subs[model].complete(batch, step, now)
+        self.num_tokens += 1
+        finished, num_handoffs = [], 0
+        for dest, msg in handoffs:
+            if dest == CLIENT:
+                finished.append(finished_message(msg, batch))
+            else:
+                num_handoffs += 0 if msg.is_finished else 1
+                flight.subs[dest].receive(msg, now)
+        tokens = committed_tokens(batch, [flight.output_before], {f.request_id for f in finished})
+        report = StepReport(model, 1, flight.num_sent, reply.latency_s, 0, len(self.flights),
+                            num_handoffs, 0.0, tokens=tokens, finished=finished)  # fmt: skip
+        self.mailbox.send(FRONTEND, report)
+        if finished:
+            del self.flights[reply.request_id]
+        else:
+            self._ask(reply.request_id, flight)
+
+
+def run(spec: RunSpec, index: int) -> None:
+    programs = [build_program(spec, m) for m in range(spec.config.num_models)]
+    book = spec.endpoints.address_book()
+    mailbox = Mailbox(book.pop(index), book)
+    mailbox.send(FRONTEND, Ready(index, os.getpid(), 0.0))
+    Dispatcher(programs, mailbox, entry=spec.config.entry_model).run()
+    mailbox.close()
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main(run))
