@@ -89,21 +89,22 @@ def test_tiny_grid_end_to_end_on_the_local_pair(tmp_path, prepared_pair):
     assert result.exit_code == 0, result.output + "".join(traceback.format_exception(*result.exc_info))
     doc = json.loads((out / "crossval.json").read_text())
     assert (out / "crossval.png").stat().st_size > 0 and "| markov | 2 | (2, 1) |" in (out / "crossval.md").read_text()
-    assert set(doc["summary"]) == {"markov", "r2r"}
+    assert set(doc["summary"]) == {"markov", "rstitch"}
     keys = {"sim_median_rel_error", "sim_max_rel_error", "model_median_rel_error", "model_max_rel_error"}
     for summary in doc["summary"].values():
         assert keys <= set(summary) and isinstance(summary["sim_best_matches"], bool)
     cells = doc["cells"]
     assert [(c["router"], c["concurrency"], c["thresholds"]) for c in cells] == [
-        (r, n, b) for r in ("markov", "r2r") for n, b in ((1, [1, 1]), (2, [1, 1]), (2, [2, 1]))
+        (r, n, b) for r in ("markov", "rstitch") for n, b in ((1, [1, 1]), (2, [1, 1]), (2, [2, 1]))
     ]
     for c in cells:
         assert c["measured_tok_s"] > 0 and c["model_tok_s"] > 0 and c["sim_tok_s"] > 0
         assert c["steps"][0]["num_steps"] > 0  # the small model stepped inside the window
-    for name in ("markov", "r2r"):
+    for name in ("markov", "rstitch"):
         routing = doc["routing"][name]
         assert all(sum(row) == pytest.approx(1.0) for row in routing["P"])
-        assert routing["C"][0][1] == 0.0  # both routers drop the small model's token when it hands off
+        if routing["transition_counts"][0][1]:  # both routers drop the small model's token when it hands off
+            assert routing["C"][0][1] == 0.0
         traces = (out / f"traces-{name}.jsonl").read_text().splitlines()
         assert traces and all(json.loads(t)["num_output_tokens"] == 8 for t in traces)
 

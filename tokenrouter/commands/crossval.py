@@ -22,10 +22,10 @@ def crossval(
         "all", "--thresholds", help="'all' (every feasible vector; a grid above --full-grid-max-n) or '1,1;2,1'."
     ),
     full_grid_max_n: int = typer.Option(4, "--full-grid-max-n", help="Largest N run with every feasible vector."),
-    routers: str = typer.Option("markov,r2r", "--routers", help=f"Routers, from {', '.join(ROUTER_NAMES)}."),
+    routers: str = typer.Option("markov,rstitch", "--routers", help=f"Routers, from {', '.join(ROUTER_NAMES)}."),
     markov_p: str = typer.Option("[[0.75,0.25],[1,0]]", "--markov-p", help="P of the markov router (JSON)."),
     markov_c: str = typer.Option("[[1,0],[1,0]]", "--markov-c", help="C of the markov router (JSON)."),
-    tau: float = typer.Option(1.0, "--tau", help="Entropy threshold of the rstitch router (nats)."),
+    tau: float = typer.Option(2.1, "--tau", help="Entropy threshold of the rstitch router (nats)."),
     max_tokens: int = typer.Option(96, "--max-tokens", help="Output tokens per request (no stop tokens)."),
     warmup_s: float = typer.Option(3.0, "--warmup-s", help="Seconds per cell before the measured window."),
     measure_s: float = typer.Option(12.0, "--measure-s", help="Measured seconds per cell."),

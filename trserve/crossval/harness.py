@@ -87,8 +87,8 @@ class ClientWorkload:
 
 @dataclass
 class CellRun:
-    """What one real cell measured: tokens in the window, its length, traces of finished requests, all traces
-    (finished or cut off at the end), and the step log of the window."""
+    """What one real cell measured: tokens in the window, its length, traces of finished full-length requests,
+    all traces (shortened first requests, and requests cut off at the end, included), and the window's steps."""
 
     throughput_tok_s: float
     num_tokens: int
@@ -154,7 +154,10 @@ async def run_cell(
     frontend.step_log.clear()
     client = _Client(frontend, workload, tag)
     start = time.monotonic()
-    tasks = [asyncio.create_task(client.session(start)) for _ in range(concurrency)]
+    # Session i's first request is (i + 1)/N of the full length, so requests are spread over their lifetime from
+    # the start (as in the steady state) instead of all being prefilled and finishing together.
+    firsts = [max(1, round(workload.max_tokens * (i + 1) / concurrency)) for i in range(concurrency)]
+    tasks = [asyncio.create_task(client.session(first)) for first in firsts]
     try:
         await asyncio.sleep(workload.warmup_s + workload.measure_s)
     finally:
@@ -176,7 +179,7 @@ async def run_cell(
         throughput_tok_s=num_tokens / workload.measure_s,
         num_tokens=num_tokens,
         measured_s=workload.measure_s,
-        finished=[t for t in traces if t.request_id in client.finished],
+        finished=[t for t in traces if t.request_id in client.finished and t.request_id in client.full_length],
         traces=traces,
         steps=[s for s in frontend.step_log if window[0] <= s.time < window[1]],
         num_finished=len(client.finished),
@@ -193,17 +196,22 @@ class _Client:
         self.counter = itertools.count()
         self.arrivals: list[tuple[float, int]] = []
         self.finished: set[str] = set()
+        self.full_length: set[str] = set()
         self.specs: dict[str, RequestSpec] = {}
         self.error: str | None = None
 
-    async def session(self, start: float) -> None:
+    async def session(self, first_max_tokens: int) -> None:
         wl = self.workload
+        max_tokens = first_max_tokens
         while True:
             k = next(self.counter)
             prompt = wl.prompts[k % len(wl.prompts)]
             rid = f"{self.tag}-{k}"
-            spec = RequestSpec(rid, len(prompt), wl.max_tokens, frozenset(), time.monotonic(), dict(wl.sampling))
+            spec = RequestSpec(rid, len(prompt), max_tokens, frozenset(), time.monotonic(), dict(wl.sampling))
             self.specs[rid] = spec
+            if max_tokens == wl.max_tokens:
+                self.full_length.add(rid)
+            max_tokens = wl.max_tokens
             gen = self.frontend.submit(spec, list(prompt), {})
             while True:
                 kind, value = await gen.events.get()
