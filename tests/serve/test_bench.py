@@ -45,7 +45,7 @@ def test_routing_matrices_recover_drop_and_return() -> None:
     small = StepStats(request_steps=100, steps=20, step_seconds=1.0, handoffs=25, tokens=75)
     large = StepStats(request_steps=25, steps=10, step_seconds=1.0, handoffs=25, tokens=25)
     P, C = routing_matrices([small, large])
-    assert P == [[0.75, 0.25], [0.0, 1.0]]
+    assert P == [[0.75, 0.25], [1.0, 0.0]]
     assert C[0][1] == 0.0 and C[1][0] == 1.0
 
 

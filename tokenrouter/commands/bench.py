@@ -33,9 +33,9 @@ def bench(
     routers: str = typer.Option("rstitch,r2r", help="Routing programs."),
     concurrency: str = typer.Option("1,4,8,16", "--concurrency", "-n", help="Closed-loop concurrencies N."),
     repetitions: int = typer.Option(3, min=1, help="Measured windows per system, router and N."),
-    max_tokens: int = typer.Option(48, min=2, help="Output tokens per request."),
-    warmup_s: float = typer.Option(3.0, min=0.0, help="Warm-up before each window (s)."),
-    window_s: float = typer.Option(8.0, min=0.5, help="Measurement window (s)."),
+    max_tokens: int = typer.Option(32, min=2, help="Output tokens per request."),
+    warmup_s: float = typer.Option(1.5, min=0.0, help="Warm-up before each window (s)."),
+    window_s: float = typer.Option(4.0, min=0.5, help="Measurement window (s)."),
     direct: bool = typer.Option(True, help="Also drive plain vLLM directly (the overhead reference)."),
     out: Path = typer.Option(Path("docs/bench"), "--out", help="Directory for bench.json, bench.md, bench.png."),
 ) -> None:
@@ -64,11 +64,16 @@ def bench(
     runner = BenchRunner(plan, None)
     cells = len(ns) * repetitions * (len([s for s in sys_names if s != "llm-only"]) * len(router_names))
     cells += len(ns) * repetitions * ("llm-only" in sys_names)
+    command = ("tokenrouter bench " + " ".join(sys.argv[2:])).strip()
+
+    def write() -> dict[str, object]:
+        load = {"load_1min_before": load_before, "load_1min_after": os.getloadavg()[0]}
+        return write_outputs(out, plan, runner, command, load, time.monotonic() - started)
+
+    runner.on_checkpoint = write
     with BenchDisplay(cells) as display:
         runner.display = display
         runner.run()
-    command = "tokenrouter bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 else "tokenrouter bench"
-    load = {"load_1min_before": load_before, "load_1min_after": os.getloadavg()[0]}
-    doc = write_outputs(out, plan, runner, command.strip(), load, time.monotonic() - started)
+    doc = write()
     typer.echo(f"bench: wrote {out}/bench.json, bench.md, bench.png in {doc['elapsed_s']:.0f} s")
     typer.echo(f"bench: targets {doc['targets']}")

@@ -34,7 +34,7 @@ PROMPTS = (
 class Workload:
     """What each client sends: ``max_tokens`` per request, after ``warmup_s`` measured for ``window_s``."""
 
-    max_tokens: int = 48
+    max_tokens: int = 32
     warmup_s: float = 3.0
     window_s: float = 10.0
 

@@ -35,13 +35,22 @@ def run_direct(args: dict[str, Any]) -> dict[str, float]:
         seen[rid] = 0
         engine.add_request(rid, {"prompt_token_ids": prompts[k % len(prompts)]}, params)
 
+    # Warm up as the StepEngine does (first forward passes are slow), then start the closed loop.
+    warm = SamplingParams(max_tokens=4, temperature=0.0)
+    for k in range(args["concurrency"]):  # every batch size up to N, as the closed loop will see them
+        engine.add_request(f"warmup-{k}", {"prompt_token_ids": prompts[k % len(prompts)]}, warm)
+    while engine.has_unfinished_requests():
+        engine.step()
     for _ in range(args["concurrency"]):
         add()
     start = time.perf_counter()
     win_start, win_end = start + args["warmup_s"], start + args["warmup_s"] + args["window_s"]
-    tokens = 0
-    while (now := time.perf_counter()) < win_end:
-        for out in engine.step():
+    tokens = num_steps = 0
+    while time.perf_counter() < win_end:
+        outs = engine.step()
+        num_steps += 1
+        now = time.perf_counter()
+        for out in outs:
             n = len(out.outputs[0].token_ids)
             if win_start <= now:
                 tokens += n - seen[out.request_id]
@@ -49,9 +58,13 @@ def run_direct(args: dict[str, Any]) -> dict[str, float]:
             if out.finished:
                 del seen[out.request_id]
                 add()
+    elapsed = time.perf_counter() - win_start
     return {
-        "throughput_tok_s": tokens / (time.perf_counter() - max(win_start, start)),
+        "throughput_tok_s": tokens / elapsed,
         "concurrency": args["concurrency"],
+        "window_s": elapsed,
+        "num_steps": num_steps,
+        "tokens": tokens,
     }
 
 

@@ -47,6 +47,7 @@ class BenchDisplay:
         pred = ""
         if cell.predicted_model is not None:
             pred = f" | predicted: model {cell.predicted_model:.1f}, sim {cell.predicted_sim:.1f}"
+            pred += f", model with measured steps {cell.predicted_own_steps:.1f}"
         b = f" B={cell.thresholds}" if cell.thresholds else ""
         self.console.print(
             f"{cell.system:>20} {cell.router:>7} N={cell.concurrency:<2}{b}: {statistics.median(tputs):7.1f} tok/s "

@@ -22,8 +22,8 @@ from trserve.bench.client import metric_delta
 Matrix = Sequence[Sequence[float]]
 Tables = Sequence[Sequence[float]]
 REPO = Path(__file__).resolve().parents[2]
-#: Context length (tokens) at which profile latencies are read: prompt plus half of a 48-token answer.
-BENCH_CONTEXT = 32
+#: Context length (tokens) at which profile latencies are read: prompt plus half of a 32-token answer.
+BENCH_CONTEXT = 24
 #: Time grid of the throughput model: 2 ms keeps N = 16 solvable in seconds (latencies here are 25-85 ms).
 QUANTUM_S = 2e-3
 

@@ -44,6 +44,10 @@ def run_item(cell: Any) -> dict[str, Any]:
         "thresholds": cell.thresholds,
         "predicted_model_tok_s": cell.predicted_model, "predicted_sim_tok_s": cell.predicted_sim,
         "latency_source": cell.latency_source,
+        "predicted_model_own_steps_tok_s": cell.predicted_own_steps,
+        "busy_fraction": [statistics.mean(s[m].step_seconds / x.window_s for s, x in zip(cell.stats, cell.loads,
+                                                                                          strict=True))
+                          for m in range(num_models)],
     }  # fmt: skip
 
 

@@ -50,6 +50,7 @@ class Cell:
     thresholds: list[int] | None = None
     predicted_model: float | None = None
     predicted_sim: float | None = None
+    predicted_own_steps: float | None = None
     latency_source: str = ""
 
 
@@ -73,6 +74,8 @@ class BenchRunner:
         self.cells: list[Cell] = []
         self.routers: dict[str, RouterState] = {}
         self.direct: dict[str, Any] | None = None
+        #: Called after each server run, so a long bench leaves its results so far on disk if it is cut short.
+        self.on_checkpoint: Any = None
 
     def run(self) -> None:
         order = [s for s in self.plan.systems if s != "llm-only"]
@@ -125,6 +128,8 @@ class BenchRunner:
         finally:
             server.stop()
             path.unlink(missing_ok=True)
+        if self.on_checkpoint is not None:
+            self.on_checkpoint()
 
     def _learn(self, router: str) -> RouterState:
         b1 = [c for c in self.cells if c.router == router and c.system == "tokenrouter-b1"]
@@ -179,6 +184,10 @@ class BenchRunner:
         model_b = [n, 1] if cell.system == "lockstep" else thresholds
         cell.predicted_model = predict.model_prediction(P, C, tables, n, model_b)
         cell.predicted_sim = predict.sim_prediction(P, C, tables, n, thresholds, baseline, self.plan.sim_tokens)
+        # The same model fed this cell's own measured step times: what the runtime could reach if its engine
+        # steps were as slow as they were here (separates scheduling/IPC loss from slower-than-calibrated steps).
+        own_tables, _ = self._tables([cell], self._model_names(cell.system), profiles=False)
+        cell.predicted_own_steps = predict.model_prediction(P, C, own_tables, n, model_b)
 
     def _run_direct(self) -> None:
         from trserve.bench.direct import run_direct_process
