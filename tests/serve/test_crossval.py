@@ -154,3 +154,30 @@ def test_auto_thresholds_use_the_router_matrices_without_traces_and_name_missing
         resolve_thresholds(_auto_config(tmp_path, None))  # rstitch has no P: traces are needed
     with pytest.raises(ConfigError, match="does not exist"):
         resolve_thresholds(_auto_config(tmp_path, str(tmp_path / "missing.jsonl")))
+
+
+def test_rescaling_to_observed_step_times_removes_a_uniform_slowdown(tmp_path):
+    from trcore.routing_stats import estimate_routing_stats
+    from trcore.traces import RequestTrace, TraceStep
+    from trserve.crossval.diagnose import add_rescaled_predictions, rescaled
+    from trserve.crossval.predict import load_calibration, model_predictions
+
+    _write_profiles(tmp_path / "profiles", ["small", "large"])
+    calibration = load_calibration(tmp_path / "profiles", ["small", "large"])
+    steps = (TraceStep(0, 0, True), TraceStep(0, 1, False), TraceStep(1, 0, True)) * 10
+    traces = [RequestTrace(f"r{k}", steps, 20, 20) for k in range(6)]
+    stats = estimate_routing_stats(traces, 2, entry_model=0)
+    slow = rescaled(calibration, [2.0, 1.5])  # "the machine was busier than at calibration"
+    cells = []
+    for b in [(1, 1), (2, 1)]:
+        measured = model_predictions(stats, slow, 4, [b], 30, 8, [0.0, 0.0])[b]
+        profile = [calibration.table(m, 2, 30)[-1] for m in range(2)]
+        steps_seen = [{"num_steps": 10, "mean_batch": 2.0, "mean_step_s": f * p, "busy_fraction": 0.5}
+                      for f, p in zip((2.0, 1.5), profile, strict=True)]  # fmt: skip
+        cells.append({"router": "r", "concurrency": 4, "thresholds": list(b), "measured_tok_s": measured,
+                      "steps": steps_seen, "profile_step_s_at_mean_batch": profile})  # fmt: skip
+    summary = add_rescaled_predictions(cells, {"r": stats}, {"r": traces}, calibration, {"r": (30, [0.0, 0.0])}, 8, 60)
+    assert [c["slowdown"] for c in cells] == [pytest.approx([2.0, 1.5])] * 2
+    assert summary["r"]["model_rescaled_max_rel_error"] < 1e-9
+    assert summary["r"]["sim_rescaled_max_rel_error"] < 0.1  # the simulator agrees with the model within noise
+    assert summary["r"]["median_slowdown"] == pytest.approx([2.0, 1.5])

@@ -61,7 +61,9 @@ def summarize(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return summary
 
 
-def markdown_table(cells: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> str:
+def markdown_table(
+    cells: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], diagnosis: Mapping[str, Any] | None = None
+) -> str:
     """The per-cell table and the per-router summary, in markdown."""
     lines = [
         "| router | N | thresholds | measured tok/s | model tok/s | model err | sim tok/s | sim err |",
@@ -84,7 +86,28 @@ def markdown_table(cells: Sequence[Mapping[str, Any]], summary: Mapping[str, Any
             f"{s['model_best_matches']} | {s['sim_median_rel_error']:.1%} | {s['sim_max_rel_error']:.1%} | "
             f"{s['sim_best_matches']} |"
         )
+    lines += diagnosis_lines(diagnosis) if diagnosis else []
     return "\n".join(lines) + "\n"
+
+
+def diagnosis_lines(diagnosis: Mapping[str, Any]) -> list[str]:
+    """The rescaled-latency errors: what is left once each cell's observed step times replace the calibrated."""
+    lines = [
+        "",
+        "Predictors with each cell's calibrated latencies rescaled to the engine step times observed in that cell:",
+        "",
+        "| router | model median err | model max err | sim median err | sim max err | median slowdown per model "
+        "| median busy fraction per model |",
+        "|---|---:|---:|---:|---:|---|---|",
+    ]
+    for router, d in diagnosis.items():
+        slow = ", ".join(f"{x:.2f}x" for x in d["median_slowdown"])
+        busy = ", ".join(f"{x:.0%}" for x in d["median_busy_fraction"])
+        lines.append(
+            f"| {router} | {d['model_rescaled_median_rel_error']:.1%} | {d['model_rescaled_max_rel_error']:.1%} | "
+            f"{d['sim_rescaled_median_rel_error']:.1%} | {d['sim_rescaled_max_rel_error']:.1%} | {slow} | {busy} |"
+        )
+    return lines
 
 
 def plot_cells(cells: Sequence[Mapping[str, Any]], path: str | Path, title: str) -> None:
@@ -114,6 +137,9 @@ def _panel(ax: Any, group: Sequence[Mapping[str, Any]]) -> None:
     ax.plot(xs, [c["measured_tok_s"] for c in group], "ko-", label="measured", ms=4)
     ax.plot(xs, [c["model_tok_s"] for c in group], "s--", color="tab:blue", label="model", ms=3)
     ax.plot(xs, [c["sim_tok_s"] for c in group], "^:", color="tab:orange", label="simulator", ms=3)
+    if all("sim_rescaled_tok_s" in c for c in group):
+        rescaled = [c["sim_rescaled_tok_s"] for c in group]
+        ax.plot(xs, rescaled, "v:", color="tab:green", label="simulator, observed step times", ms=3)
     ax.set_xticks(xs)
     ax.set_xticklabels(labels, rotation=90, fontsize=7)
     ax.set_ylabel("tok/s", fontsize=8)

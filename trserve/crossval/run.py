@@ -16,6 +16,7 @@ from typing import Any
 from trcore import PROGRAMS, BatchingPolicy, RoutingProgram
 from trcore.traces import RequestTrace, trace_to_dict
 from trserve.config import ServeConfig
+from trserve.crossval.diagnose import add_rescaled_predictions
 from trserve.crossval.harness import CellRun, ClientWorkload, StepRecord, crossval_server, run_cell
 from trserve.crossval.plan import CrossvalPlan, RouterChoice
 from trserve.crossval.predict import (
@@ -102,8 +103,12 @@ def run_crossval(
     traces = {r.name: replay_traces([run for (rr, _, _, run) in runs if rr.name == r.name]) for r in plan.routers}
     cells, routing = predict_cells(cfg, plan, calibration, runs, traces, sim_s, progress)
     summary = summarize(cells)
+    stats = {r: routing_stats(t, cfg.num_models, cfg.entry_model) for r, t in traces.items()}
+    contexts = {r: (routing[r]["typical_context"], routing[r]["typical_extend"]) for r in traces}
+    diagnosis = add_rescaled_predictions(cells, stats, traces, calibration, contexts, max_batch_of(cfg), sim_s)
     doc = {
         "summary": summary,
+        "diagnosis": diagnosis,
         "cells": cells,
         "routing": routing,
         "plan": {**asdict(plan), "thresholds": {str(n): v for n, v in plan.thresholds.items()}},
@@ -176,7 +181,7 @@ def write_outputs(doc: dict[str, Any], traces: dict[str, list[RequestTrace]], ou
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "crossval.json", out_dir / "crossval.md", out_dir / "crossval.png"]
     paths[0].write_text(json.dumps(doc, indent=1) + "\n")
-    paths[1].write_text(f"# {title}\n\n" + markdown_table(doc["cells"], doc["summary"]))
+    paths[1].write_text(f"# {title}\n\n" + markdown_table(doc["cells"], doc["summary"], doc.get("diagnosis")))
     plot_cells(doc["cells"], paths[2], title)
     for name, items in traces.items():
         path = out_dir / f"traces-{name}.jsonl"

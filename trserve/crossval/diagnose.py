@@ -1,0 +1,116 @@
+"""Where the time goes: re-predict each cell with the calibrated latencies rescaled to the step times the server
+actually observed in that cell, to split the predictors' error into step-latency drift (the machine was slower
+or faster than when it was calibrated, e.g. other work competing for the cores) and everything else (queueing,
+routing assumptions, loop and transport overhead)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from trcore.routing_stats import RoutingStats
+from trcore.traces import RequestTrace
+from trserve.crossval.predict import Calibration, model_predictions, sim_prediction
+from trserve.crossval.report import rel_error
+
+
+class ScaledModel:
+    """A latency model times a constant factor (duck-types ``trsim.latency.LatencyModel``)."""
+
+    def __init__(self, base: Any, factor: float) -> None:
+        self.base = base
+        self.factor = factor
+
+    def __call__(self, batch: Any) -> float:
+        return self.factor * self.base(batch)
+
+    def predict(self, batch_size: int, context_tokens: int, extend_tokens: int) -> float:
+        return self.factor * self.base.predict(batch_size, context_tokens, extend_tokens)
+
+
+def slowdowns(cell: Mapping[str, Any]) -> list[float]:
+    """Per model: observed mean engine step time over the calibrated one at the cell's mean batch (1.0 where the
+    model did not step)."""
+    return [
+        s["mean_step_s"] / p if s["num_steps"] and p > 0 else 1.0
+        for s, p in zip(cell["steps"], cell["profile_step_s_at_mean_batch"], strict=True)
+    ]
+
+
+def rescaled(calibration: Calibration, factors: Sequence[float]) -> Calibration:
+    """``calibration`` with model m's latencies multiplied by ``factors[m]``."""
+    scaled = tuple(ScaledModel(m, f) for m, f in zip(calibration.latency, factors, strict=True))
+    return Calibration(calibration.paths, scaled)
+
+
+def add_rescaled_predictions(
+    cells: list[dict[str, Any]],
+    stats: Mapping[str, RoutingStats],
+    traces: Mapping[str, Sequence[RequestTrace]],
+    calibration: Calibration,
+    contexts: Mapping[str, tuple[int, list[float]]],
+    max_batch: int,
+    sim_s: float,
+) -> dict[str, Any]:
+    """Fill ``slowdown``, ``model_rescaled_tok_s`` / ``sim_rescaled_tok_s`` and their errors on every cell; returns
+    per router the median and max of those errors and the median slowdown per model."""
+    for cell in cells:
+        router, n, b = cell["router"], cell["concurrency"], tuple(cell["thresholds"])
+        factors = slowdowns(cell)
+        cal = rescaled(calibration, factors)
+        context, extend = contexts[router]
+        cell["slowdown"] = factors
+        cell["model_rescaled_tok_s"] = model_predictions(stats[router], cal, n, [b], context, max_batch, extend)[b]
+        cell["sim_rescaled_tok_s"] = sim_prediction(traces[router], cal, n, b, max_batch, sim_s)
+        for p in ("model", "sim"):
+            cell[f"{p}_rescaled_rel_error"] = rel_error(cell[f"{p}_rescaled_tok_s"], cell["measured_tok_s"])
+    out: dict[str, Any] = {}
+    for router in dict.fromkeys(c["router"] for c in cells):
+        mine = [c for c in cells if c["router"] == router]
+        entry: dict[str, Any] = {}
+        for p in ("model", "sim"):
+            errors = [c[f"{p}_rescaled_rel_error"] for c in mine]
+            entry[f"{p}_rescaled_median_rel_error"] = statistics.median(errors)
+            entry[f"{p}_rescaled_max_rel_error"] = max(errors)
+        num_models = len(mine[0]["slowdown"])
+        entry["median_slowdown"] = [statistics.median(c["slowdown"][m] for c in mine) for m in range(num_models)]
+        entry["median_busy_fraction"] = [
+            statistics.median(c["steps"][m]["busy_fraction"] for c in mine) for m in range(num_models)
+        ]
+        out[router] = entry
+    return out
+
+
+def diagnose_outputs(out_dir: str) -> dict[str, Any]:
+    """Add the rescaled predictions to a written run (``crossval.json``, its traces and profiles) and rewrite its
+    JSON, markdown and figure: ``python -m trserve.crossval.diagnose OUT_DIR``."""
+    import json
+    from pathlib import Path
+
+    from trcore.routing_stats import estimate_routing_stats
+    from trserve.crossval.predict import load_calibration
+    from trserve.crossval.run import write_outputs
+    from trsim.tracefile import read_traces
+
+    folder = Path(out_dir)
+    doc = json.loads((folder / "crossval.json").read_text())
+    cfg = doc["config"]
+    num_models = len(cfg["models"])
+    names = [m["name"] for m in cfg["models"]]
+    calibration = load_calibration(Path(doc["profiles"][0]).parent, names)
+    traces = {r: read_traces(folder / f"traces-{r}.jsonl", num_models) for r in doc["summary"]}
+    stats = {r: estimate_routing_stats(t, num_models, entry_model=cfg["entry_model"]) for r, t in traces.items()}
+    contexts = {r: (doc["routing"][r]["typical_context"], doc["routing"][r]["typical_extend"]) for r in traces}
+    max_batch = min(cfg["batching"]["max_batch"] or 10**9, *(m["max_num_seqs"] for m in cfg["models"]))
+    doc["diagnosis"] = add_rescaled_predictions(
+        doc["cells"], stats, traces, calibration, contexts, max_batch, doc["sim_s"]
+    )
+    write_outputs(doc, {}, folder, f"Cross-validation on {folder.name}")
+    return doc
+
+
+if __name__ == "__main__":
+    import sys
+
+    diagnose_outputs(sys.argv[1])
