@@ -25,7 +25,7 @@ SYSTEMS = ("tokenrouter", "tokenrouter-b1", "tokenrouter-readmit", "lockstep", "
 OPTIMIZED = ("tokenrouter", "tokenrouter-readmit")
 #: Router parameters giving about 10-35% large-model tokens on the local pair (measured fraction is reported).
 ROUTER_PARAMS: dict[str, dict[str, Any]] = {
-    "rstitch": {"tau": 1.5, "tau_back": 1.0},
+    "rstitch": {"tau": 1.95, "tau_back": 1.0},
     "r2r": {},
 }
 ThresholdTable = Mapping[int, Sequence[int]]
