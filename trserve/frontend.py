@@ -14,13 +14,13 @@ import pickle
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import zmq
 import zmq.asyncio
 
 from trcore import PeerReq, RequestSpec
+from trserve.generation import Generation
 from trserve.messages import Abort, Failed, Finished, Probe, Ready, State, StepReport
 from trserve.metrics import Metrics
 from trserve.transport import ActiveCounter
@@ -38,46 +38,6 @@ class Unavailable(Exception):
     def __init__(self, message: str, retry_after_s: int | None = None) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
-
-
-@dataclass
-class Generation:
-    """One client request in flight: its committed output so far and a queue of events for the HTTP layer.
-
-    Events: ``("tokens", list[int])``, ``("done", reason)``, ``("error", message)``."""
-
-    spec: RequestSpec
-    prompt_token_ids: list[int]
-    extra: Mapping[str, Any]
-    events: asyncio.Queue[tuple[str, Any]] = field(default_factory=asyncio.Queue)
-    output: list[int] = field(default_factory=list)
-    is_done: bool = False
-    is_dispatched: bool = False
-    first_token_time: float | None = None
-    _early: dict[int, tuple[int, ...]] = field(default_factory=dict)
-
-    @property
-    def request_id(self) -> str:
-        return self.spec.request_id
-
-    def accept(self, offset: int, tokens: tuple[int, ...]) -> list[int]:
-        """Take output tokens that start at ``offset``; returns the newly contiguous ones (reports from two
-        models can arrive out of order)."""
-        self._early[offset] = tokens
-        new: list[int] = []
-        progressed = True
-        while progressed:
-            progressed = False
-            for start in sorted(self._early):
-                toks = self._early[start]
-                end = start + len(toks)
-                if start <= len(self.output):
-                    del self._early[start]
-                    fresh = list(toks[len(self.output) - start :]) if end > len(self.output) else []
-                    self.output.extend(fresh)
-                    new.extend(fresh)
-                    progressed = True
-        return new
 
 
 class FrontEnd:
@@ -281,7 +241,7 @@ class FrontEnd:
 
     # -- probes -----------------------------------------------------------------------------------------------
 
-    async def probe(self, timeout_s: float = 5.0) -> list[State]:
+    async def probe(self, timeout_s: float = 5.0, detail: bool = False) -> list[State]:
         """Ask every live process for its state (resident requests, KV usage, memory)."""
         token = next(self._tokens)
         live = [p for p in self._outboxes if p not in self.down]
@@ -291,7 +251,7 @@ class FrontEnd:
         self._probes[token] = (fut, len(live))
         self._probe_states[token] = []
         for proc in live:
-            self.send(proc, Probe(token))
+            self.send(proc, Probe(token, detail))
         try:
             return await asyncio.wait_for(fut, timeout_s)
         except TimeoutError:

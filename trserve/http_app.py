@@ -88,8 +88,8 @@ def create_app(ctx: ServerContext) -> Any:
         return {"object": "list", "data": [card]}
 
     @app.get("/debug/state")
-    async def state() -> dict[str, Any]:
-        states = await ctx.frontend.probe()
+    async def state(detail: bool = False) -> dict[str, Any]:
+        states = await ctx.frontend.probe(timeout_s=30.0 if detail else 5.0, detail=detail)
         fe = ctx.frontend
         return {
             "active": fe.num_active,

@@ -123,7 +123,7 @@ class SubserverLoop:
         elif isinstance(msg, Abort):
             self._forget(msg.request_id)
         elif isinstance(msg, Probe):
-            self.mailbox.send(FRONTEND, self.state(msg.token))
+            self.mailbox.send(FRONTEND, self.state(msg.token, msg.detail))
         elif isinstance(msg, Rewire):
             self.mailbox.rewire(msg.model, msg.address)
         elif isinstance(msg, Shutdown):
@@ -211,8 +211,8 @@ class SubserverLoop:
                             self.engine.kv_usage(), failed=failed)  # fmt: skip
         self.mailbox.send(FRONTEND, report)
 
-    def state(self, token: int) -> State:
-        """This model's resident requests, KV usage and resident memory."""
+    def state(self, token: int, detail: bool = False) -> State:
+        """This model's resident requests, KV usage and resident memory (``detail``: live Python objects too)."""
         return State(
             model=self.model,
             token=token,
@@ -222,6 +222,7 @@ class SubserverLoop:
             kv_usage=self.engine.kv_usage(),
             rss_bytes=rss_bytes(),
             num_steps=self.stats.num_steps,
+            engine={"python_objects": python_objects()} if detail else {},
         )
 
 
@@ -245,6 +246,14 @@ def finished_message(msg: PeerReq, batch: Batch) -> Finished:
     last = req.token_ids[-1] if req.num_output_tokens else None
     reason = "stop" if last is not None and last in req.spec.stop_token_ids else "length"
     return Finished(msg.request_id, tuple(msg.token_ids), reason)
+
+
+def python_objects() -> int:
+    """Live objects the garbage collector tracks, after a collection (a leak of Python objects shows here)."""
+    import gc
+
+    gc.collect()
+    return len(gc.get_objects())
 
 
 def rss_bytes() -> int:

@@ -49,9 +49,10 @@ class Served:
     def async_client(self, **kw: Any) -> httpx.AsyncClient:
         return httpx.AsyncClient(base_url=self.url, headers=self.headers, timeout=kw.pop("timeout", 300.0), **kw)
 
-    def state(self) -> dict[str, Any]:
+    def state(self, detail: bool = False) -> dict[str, Any]:
+        """``/debug/state``: every process's resident requests, KV usage, memory (``detail``: Python objects)."""
         with self.client() as c:
-            response = c.get("/debug/state")
+            response = c.get("/debug/state", params={"detail": detail})
             response.raise_for_status()
             result: dict[str, Any] = response.json()
             return result

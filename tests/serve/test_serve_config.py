@@ -116,3 +116,18 @@ def test_shipped_default_yaml_is_the_embedded_default():
 
     shipped = Path(__file__).resolve().parents[2] / "configs" / "default.yaml"
     assert load_config(shipped) == default_config()
+
+
+def test_api_key_from_config_or_environment(monkeypatch):
+    from trserve.server import api_key_of
+
+    monkeypatch.delenv("TOKENROUTER_API_KEY", raising=False)
+    assert api_key_of(make()) is None
+    monkeypatch.setenv("TOKENROUTER_API_KEY", "from-env")
+    assert api_key_of(make()) == "from-env"
+    assert api_key_of(make(server={"api_key": "from-config"})) == "from-config"
+
+
+def test_max_active_must_fit_every_engine():
+    with pytest.raises(ValidationError, match="max_num_seqs"):
+        make(server={"max_active_requests": 100})

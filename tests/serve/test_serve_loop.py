@@ -4,7 +4,7 @@ import random
 import time
 
 from trcore import CLIENT, BatchingPolicy, PeerReq, RequestSpec, Subserver
-from trserve.frontend import Generation
+from trserve.generation import Generation
 from trserve.hash_engine import HashEngine, hash_next
 from trserve.loop import SubserverLoop
 from trserve.messages import Abort, Probe, State, StepReport

@@ -33,7 +33,8 @@ async def in_flight_then_kill(server: Served, pid: int) -> tuple[list[httpx.Resp
         async def streamed() -> None:
             async with client.stream("POST", "/v1/completions", json={**LONG, "stream": True}) as response:
                 async for line in response.aiter_lines():
-                    stream_lines.append(line)
+                    if line:
+                        stream_lines.append(line)
 
         stream = asyncio.ensure_future(streamed())
         deadline = time.monotonic() + 60
