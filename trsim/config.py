@@ -91,7 +91,8 @@ class SimConfig:
         if wl.arrival != "closed" or any(p.max_wait_s is not None for p in self.policies):
             return
         n = wl.concurrency
-        effective = [p.threshold_for(n) for p in self.policies]
+        # the configured vector, before the run-time peer-slack clamp that would hide the mistake
+        effective = [replace(p, peer_slack=0).threshold_for(n) for p in self.policies]
         slack = sum(b - 1 for b in effective)
         if slack >= n:
             raise InfeasibleError(
