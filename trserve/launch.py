@@ -113,20 +113,21 @@ class Launcher:
         self.frontend.ready_waiters[spec.index] = worker.ready
         self.frontend.connect(spec.index, self.spec.endpoints.inbox(spec.index))
 
-    async def _await_ready(self, worker: Worker, timeout_s: float) -> Ready:
+    async def _await_ready(self, workers: list[Worker], timeout_s: float) -> list[Ready]:
+        """Wait until every worker of ``workers`` is ready; the first to exit (or the timeout) raises at once."""
         loop = asyncio.get_running_loop()
-        fut = worker.ready
-        assert fut is not None
         deadline = loop.time() + timeout_s
-        while not fut.done():
-            assert worker.process is not None
-            code = worker.process.poll()
-            if code is not None:
-                raise LaunchError(self._failure(worker, f"exited with status {code} before it was ready"))
+        futures = [w.ready for w in workers if w.ready is not None]
+        while not all(f.done() for f in futures):
+            for worker in workers:
+                code = worker.process.poll() if worker.process is not None else None
+                if code is not None and not (worker.ready and worker.ready.done()):
+                    raise LaunchError(self._failure(worker, f"exited with status {code} before it was ready"))
             if loop.time() > deadline:
-                raise LaunchError(self._failure(worker, f"was not ready after {timeout_s:.0f} s"))
-            await asyncio.wait({fut}, timeout=0.2)
-        return fut.result()
+                late = next(w for w in workers if w.ready is not None and not w.ready.done())
+                raise LaunchError(self._failure(late, f"was not ready after {timeout_s:.0f} s"))
+            await asyncio.wait([f for f in futures if not f.done()], timeout=0.2)
+        return [f.result() for f in futures]
 
     def _failure(self, worker: Worker, what: str) -> str:
         path = self.log_path(worker.spec.index)
@@ -137,7 +138,7 @@ class Launcher:
         for worker in self.workers:
             self._spawn(worker)
         try:
-            readies = [await self._await_ready(w, timeout_s) for w in self.workers]
+            readies = await self._await_ready(self.workers, timeout_s)
         except BaseException:
             await self.stop_all()
             raise
@@ -174,7 +175,7 @@ class Launcher:
         self.metrics.restarts.labels(name).inc()
         self._spawn(worker)
         try:
-            await self._await_ready(worker, self.spec.config.server.startup_timeout_s)
+            await self._await_ready([worker], self.spec.config.server.startup_timeout_s)
         except LaunchError as exc:
             log.error("%s", exc)
             self.frontend.down[worker.spec.index] = "failed to restart"

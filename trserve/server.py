@@ -16,6 +16,7 @@ from trserve.launch import Launcher, LaunchError, WorkerSpec
 from trserve.metrics import Metrics
 from trserve.placement import Placement, merge, place_models
 from trserve.runspec import RunSpec, resolve_model_path
+from trserve.subserver_proc import build_program
 from trserve.thresholds import resolve_thresholds
 from trserve.transport import ActiveCounter, Endpoints
 
@@ -32,6 +33,7 @@ def resolve(cfg: ServeConfig, run_dir: str) -> tuple[RunSpec, list[WorkerSpec]]:
     spec = RunSpec(cfg, paths, thresholds, tuple(placements), endpoints)
     for m in range(cfg.num_models):
         spec.policy(m)  # validates tables and max batch now, not in a worker
+        build_program(spec, m)  # unknown programs and bad parameters too
     return spec, workers
 
 
@@ -66,7 +68,11 @@ async def serve(cfg: ServeConfig) -> int:
     run_dir = tempfile.mkdtemp(prefix="tokenrouter-")
     log_dir = Path(cfg.server.log_dir) if cfg.server.log_dir else Path(run_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
-    spec, workers = resolve(cfg, run_dir)
+    try:
+        spec, workers = resolve(cfg, run_dir)
+    except BaseException:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     metrics = Metrics([m.name for m in cfg.models])
     active = ActiveCounter(spec.endpoints.active_file, writable=True)
     book = spec.endpoints.address_book()

@@ -1,0 +1,69 @@
+"""Launching: bad configs are one clear line (exit 2); a model that cannot start stops the launch with its log
+tail and leaves no process behind (exit 1), without waiting for the other models."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from tests.serve.engine_support import model_dirs
+from tests.serve.server_fixtures import server_config
+
+pytestmark = pytest.mark.serve
+
+
+def serve(config_path, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "tokenrouter", "serve", "--config", str(config_path), "--port", "0"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+
+
+def _nowhere(config):
+    config["models"][0]["path"] = "/nowhere"
+    return config
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (lambda c: {**c, "mode": "sideways"}, "mode"),
+        (lambda c: {**c, "router": {"program": "nope"}}, "unknown routing program 'nope'"),
+        (lambda c: {**c, "batching": {"thresholds": [1]}}, "one entry per model"),
+        (_nowhere, "models.0.path"),
+    ],
+)
+def test_bad_config_is_one_line_and_exit_2(tmp_path, change, words):
+    config = change(server_config(model_dirs(), backend="hash"))
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = serve(path, timeout_s=120)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], result.stderr
+
+
+def test_model_that_cannot_start_stops_the_launch_with_its_log_tail(tmp_path):
+    large, small = model_dirs()
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):  # a checkpoint without weights
+        shutil.copy(Path(small) / name, broken / name)
+    config = server_config((large, str(broken)))
+    config["models"][1]["name"] = "broken"
+    path = tmp_path / "serve.yaml"
+    path.write_text(yaml.safe_dump(config))
+    started = time.monotonic()
+    result = serve(path)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "error: worker 'broken' exited with status" in result.stderr and "last lines of" in result.stderr
+    run_dir = re.search(r"logs in (\S+)", result.stderr).group(1)  # type: ignore[union-attr]
+    leftovers = [p for p in psutil.process_iter(["cmdline"]) if run_dir in " ".join(p.info["cmdline"] or ())]
+    assert leftovers == []  # the healthy model's worker was stopped too
+    print(f"launch failure reported after {time.monotonic() - started:.1f} s")
