@@ -45,8 +45,12 @@ async def run_workload(
         async with limit:
             return await _one(client, cfg, PROMPTS[i % len(PROMPTS)], max_tokens)
 
+    from trserve.server import api_key_of
+
+    key = api_key_of(cfg)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
     started = time.perf_counter()
-    async with httpx.AsyncClient(base_url=url, timeout=600.0) as client:
+    async with httpx.AsyncClient(base_url=url, timeout=600.0, headers=headers) as client:
         answers = await asyncio.gather(*(bounded(client, i) for i in range(num_requests)))
     return list(answers), time.perf_counter() - started
 
@@ -62,10 +66,14 @@ def run_demo(
     cfg: ServeConfig, config_path: Path | None, *, num_requests: int, concurrency: int, max_tokens: int
 ) -> int:
     """Returns the exit status (0 on success)."""
-    if config_path is None:  # the resolved default, written so the child serves exactly this config
-        config_path = Path(tempfile.mkstemp(prefix="tokenrouter-demo-", suffix=".yaml")[1])
-        config_path.write_text(dump_config(cfg))
-    server = ServerProcess(config_path, port=cfg.server.port)
+    with tempfile.TemporaryDirectory(prefix="tokenrouter-demo-") as tmp:
+        if config_path is None:  # the resolved default, written so the child serves exactly this config
+            config_path = Path(tmp) / "serve.yaml"
+            config_path.write_text(dump_config(cfg))
+        return _run(cfg, ServerProcess(config_path, port=cfg.server.port), num_requests, concurrency, max_tokens)
+
+
+def _run(cfg: ServeConfig, server: ServerProcess, num_requests: int, concurrency: int, max_tokens: int) -> int:
     print(f"demo: starting the server ({cfg.mode}, router {cfg.router.program}) ...", flush=True)
     started = time.perf_counter()
     try:

@@ -68,7 +68,9 @@ class ServerProcess:
             return None if self.process is None else self.process.returncode
         self.process.send_signal(signal.SIGINT)
         try:
-            return self.process.wait(timeout_s)
+            code = self.process.wait(timeout_s)
         except subprocess.TimeoutExpired:
             self.process.kill()
-            return self.process.wait()
+            return self.process.wait()  # the log stays for a post-mortem
+        self.log_path.unlink(missing_ok=True)
+        return code

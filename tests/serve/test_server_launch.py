@@ -67,3 +67,16 @@ def test_model_that_cannot_start_stops_the_launch_with_its_log_tail(tmp_path):
     leftovers = [p for p in psutil.process_iter(["cmdline"]) if run_dir in " ".join(p.info["cmdline"] or ())]
     assert leftovers == []  # the healthy model's worker was stopped too
     print(f"launch failure reported after {time.monotonic() - started:.1f} s")
+
+
+def test_demo_serves_a_routed_workload_and_stops(tmp_path):
+    config = server_config(model_dirs(), backend="hash")  # with an API key, which the demo must send
+    config["router"]["params"]["handoff_prob"] = 0.3
+    path = tmp_path / "demo.yaml"
+    path.write_text(yaml.safe_dump(config))
+    cmd = [sys.executable, "-m", "tokenrouter", "demo", "--config", str(path), "--num-requests", "6"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert re.search(r"demo: 6 requests, \d+ output tokens in [0-9.]+ s = [0-9.]+ tok/s", result.stdout)
+    assert re.search(r"demo:   large: \d+ tokens committed, [1-9]\d* hand-offs", result.stdout)
+    assert "sample answer to 'What is the capital of France?'" in result.stdout
