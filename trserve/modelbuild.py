@@ -58,11 +58,13 @@ def build_large(gguf_path: Path, out_dir: Path) -> None:
     _rewrite_config(out_dir / "config.json", _as_plain_checkpoint)
 
 
-def build_small(large_dir: Path, out_dir: Path, keep_layers: Sequence[int]) -> None:
-    """Write a model made of ``keep_layers`` of the large model (renumbered 0..k-1) plus its embeddings and norm.
+def build_small(large_dir: Path, out_dir: Path, keep_layers: Sequence[int], calibration: Path | None = None) -> None:
+    """Write a model made of ``keep_layers`` of the large model (renumbered 0..k-1) plus its embeddings.
 
-    The embedding matrix is tied to the LM head, so the small model shares the large model's tokenizer, input
-    embeddings, final norm and output head exactly.
+    Without ``calibration`` it reads out through the large model's final norm and tied head. With a calibration
+    text file (``small_calibration_answers.jsonl``) it gets its own head fitted on that text
+    (:mod:`trserve.headfit`; ``keep_layers`` must then be a prefix ``0..k-1``) and writes the fit statistics to
+    ``head_fit.json``. Either way it shares the large model's tokenizer and input embeddings.
     """
     from safetensors.torch import load_file, save_file
 
@@ -75,11 +77,38 @@ def build_small(large_dir: Path, out_dir: Path, keep_layers: Sequence[int]) -> N
             small[name] = tensor
         elif layer in kept:
             small[name.replace(f"layers.{layer}.", f"layers.{kept[layer]}.", 1)] = tensor
+    untie = calibration is not None
+    if untie:
+        if list(keep_layers) != list(range(len(keep_layers))):
+            raise ConfigError("small_layers", "a fitted head needs the first k layers (a prefix)")
+        small.update(_fitted_head(large_dir, len(keep_layers), calibration, out_dir, small["model.norm.weight"]))
     save_file(small, out_dir / "model.safetensors", metadata={"format": "pt"})
     for file_name in (*TOKENIZER_FILES, "generation_config.json", "config.json"):
         if (large_dir / file_name).exists():
             shutil.copy2(large_dir / file_name, out_dir / file_name)
-    _rewrite_config(out_dir / "config.json", lambda cfg: _with_layers(cfg, len(keep_layers)))
+    _rewrite_config(out_dir / "config.json", lambda cfg: _as_cut(cfg, len(keep_layers), untie))
+
+
+def _fitted_head(large_dir: Path, num_layers: int, calibration: Path, out_dir: Path, norm: Any) -> dict[str, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trserve import headfit
+
+    tokenizer = AutoTokenizer.from_pretrained(large_dir)
+    model = AutoModelForCausalLM.from_pretrained(large_dir, dtype=torch.float32).eval()
+    head, stats = headfit.fit_head(model, num_layers, headfit.calibration_sequences(tokenizer, calibration))
+    (out_dir / "head_fit.json").write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n")
+    # The fitted map already produces the final normed state, so the final norm keeps only its normalization.
+    return {"lm_head.weight": head.contiguous(), "model.norm.weight": torch.ones_like(norm)}
+
+
+def calibration_prompt_ids(tokenizer: Any, prompt: str, chat: bool) -> list[int]:
+    """A calibration prompt as token ids: through the chat template (one user turn) or as raw text."""
+    if not chat:
+        return list(tokenizer(prompt)["input_ids"])
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
 
 def layer_count(model_dir: Path) -> int:
@@ -105,8 +134,9 @@ def _as_plain_checkpoint(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def _with_layers(config: dict[str, Any], num_layers: int) -> dict[str, Any]:
+def _as_cut(config: dict[str, Any], num_layers: int, untie: bool) -> dict[str, Any]:
     config["num_hidden_layers"] = num_layers
+    config["tie_word_embeddings"] = not untie and config.get("tie_word_embeddings", True)
     return config
 
 

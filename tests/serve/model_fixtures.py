@@ -1,7 +1,8 @@
 """Session fixtures for tests that need the local model pair (registered in tests/serve/conftest.py).
 
 * ``prepared_pair``: ``(large_dir, small_dir)``, built once by ``tokenrouter models prepare`` logic if missing
-  (into ``$TOKENROUTER_DATA_DIR`` or ``~/.cache/tokenrouter``; first build ~1-2 min, later sessions ~0 s).
+  or stale (into ``$TOKENROUTER_DATA_DIR`` or ``~/.cache/tokenrouter``; first build ~2 min on a quiet machine,
+  later sessions ~1 s).
 * ``local_llm``: ``local_llm("large")`` / ``local_llm("small")`` -> a started in-process ``vllm.LLM`` (float32,
   block 32, 256 MiB KV, max_model_len 512), one per model per session, shut down at session end. In-process
   engines are what make vLLM reliable under pytest here: see ``trserve.local_llm``.
@@ -18,9 +19,11 @@ import pytest
 
 @pytest.fixture(scope="session")
 def prepared_pair() -> tuple[Path, Path]:
-    from trserve.modelprep import prepared_pair as ensure_prepared
+    from trserve.modelprep import prepare_pair
 
-    return ensure_prepared()
+    # Unlike trserve.modelprep.prepared_pair, rebuild a model made from an older recipe: tests check this code's.
+    result = prepare_pair(verify=False, report=lambda _msg: None)
+    return result.large, result.small
 
 
 @pytest.fixture(scope="session")

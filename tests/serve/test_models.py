@@ -23,7 +23,7 @@ def fake_large(out: Path) -> None:
     (out / "model.safetensors").write_bytes(b"large weights")
 
 
-def fake_small(large: Path, out: Path, keep: list[int]) -> None:
+def fake_small(large: Path, out: Path, keep: list[int], calibration: Path | None) -> None:
     (out / "config.json").write_text(json.dumps({"num_hidden_layers": len(keep)}))
 
 
@@ -76,6 +76,10 @@ def test_another_recipe_rebuilds_only_what_changed(tmp_path, fake_builders):
     result = modelprep.prepare_pair(tmp_path, small_layers=5, report=lambda _m: None)
     assert result.actions == {"large": "up to date", "small": "built"}
     assert json.loads((result.small / "config.json").read_text())["num_hidden_layers"] == 5
+    # Library callers take a complete model from another recipe as it is (no rebuild fights between versions).
+    kept = modelprep.prepare_pair(tmp_path, small_layers=6, accept_stale=True, report=lambda _m: None)
+    assert kept.actions == {"large": "up to date", "small": "stale"}
+    assert json.loads((kept.small / "config.json").read_text())["num_hidden_layers"] == 5
 
 
 def test_bad_names_and_layer_counts_are_config_errors():
@@ -89,6 +93,11 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path):
     result = CliRunner().invoke(app, ["prepare", "--data-dir", str(tmp_path), "--small-layers", "0"])
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == ["error: small_layers: must be between 1 and 29, got 0"]
+    result = CliRunner().invoke(app, ["prepare", "--data-dir", str(tmp_path), "--small-head", "wide"])
+    assert (result.exit_code, result.output.strip()) == (
+        2,
+        "error: small_head: unknown head 'wide'; valid: fitted, tied",
+    )
 
 
 # --- the real pair ------------------------------------------------------------------------------------------------
@@ -143,13 +152,16 @@ def test_transformers_large_answers_paris(hf_pair):
 
 
 @serve
-def test_transformers_small_is_a_cut_of_the_large(hf_pair):
+def test_transformers_small_is_a_cut_of_the_large_with_a_fitted_head(hf_pair, prepared_pair):
     _tokenizer, large, small = hf_pair
     assert small.config.num_hidden_layers == modelprep.DEFAULT_SMALL_LAYERS < large.config.num_hidden_layers
     assert small.config.vocab_size == large.config.vocab_size
-    for old, new in zip(modelprep.small_layer_indices(modelprep.DEFAULT_SMALL_LAYERS), range(99), strict=False):
-        assert small.model.layers[new].mlp.up_proj.weight.equal(large.model.layers[old].mlp.up_proj.weight)
+    for layer in range(modelprep.DEFAULT_SMALL_LAYERS):
+        assert small.model.layers[layer].mlp.up_proj.weight.equal(large.model.layers[layer].mlp.up_proj.weight)
     assert small.model.embed_tokens.weight.equal(large.model.embed_tokens.weight)
+    assert not small.config.tie_word_embeddings and not small.lm_head.weight.equal(large.lm_head.weight)
+    fit = json.loads((prepared_pair[1] / "head_fit.json").read_text())
+    assert fit["agreement_with_large_on_calibration_text"] > 2 * fit["agreement_without_fit_on_calibration_text"]
 
 
 def vllm_greedy(llm, prompts: list[list[int]], num_tokens: int) -> list[list[int]]:

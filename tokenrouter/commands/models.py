@@ -29,12 +29,15 @@ def prepare(
     small_layers: int = typer.Option(
         DEFAULT_SMALL_LAYERS, "--small-layers", help="Layers of the large model the small model keeps (first k)."
     ),
+    small_head: str = typer.Option(
+        "fitted", "--small-head", help="Small model's output head: fitted (own, least squares) or tied (large's)."
+    ),
     force: bool = typer.Option(False, "--force", help="Rebuild both models even when they are up to date."),
 ) -> None:
     """Build the large (SmolLM2-135M-Instruct, dequantized) and small (layer cut) checkpoints, once."""
     from trserve.modelprep import prepare_pair
 
-    result = prepare_pair(data_dir, small_layers=small_layers, force=force, report=typer.echo)
+    result = prepare_pair(data_dir, small_layers=small_layers, small_head=small_head, force=force, report=typer.echo)
     if all(action == "up to date" for action in result.actions.values()):
         typer.echo("nothing to do: both models are present and match their manifests")
     typer.echo(f"large: {result.large}\nsmall: {result.small}")
