@@ -118,8 +118,8 @@ class FrontEnd:
     def submit(self, spec: RequestSpec, prompt_token_ids: list[int], extra: Mapping[str, Any]) -> Generation:
         """Admit a request (dispatched now or queued); raises :class:`Overloaded` or :class:`Unavailable`."""
         if self.down:
-            proc, why = next(iter(self.down.items()))
-            raise Unavailable(f"model process {proc} is not serving: {why}", retry_after_s=5)
+            why = "; ".join(self.down.values())
+            raise Unavailable(f"the server is not serving: {why}", retry_after_s=5)
         gen = Generation(spec, prompt_token_ids, extra)
         if self.num_active >= self.max_active:
             if len(self.waiting) >= self.max_waiting:

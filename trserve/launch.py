@@ -20,7 +20,7 @@ from pathlib import Path
 
 from trserve.config import RestartConfig
 from trserve.frontend import FrontEnd
-from trserve.messages import Ready, Shutdown
+from trserve.messages import Ready, Rewire, Shutdown
 from trserve.metrics import Metrics
 from trserve.placement import Placement
 from trserve.runspec import RunSpec
@@ -163,13 +163,12 @@ class Launcher:
         message = f"model process {name!r} exited unexpectedly (status {code}); see {self.log_path(worker.spec.index)}"
         log.error("%s", message)
         self.metrics.up.labels(name).set(0)
-        self.frontend.down[worker.spec.index] = "exited unexpectedly" + (
-            ", restarting" if self._may_restart(worker) else ""
-        )
-        self.frontend.fail_all(message)
         if not self._may_restart(worker):
-            self.frontend.down[worker.spec.index] = f"exited with status {code} (restart disabled or exhausted)"
+            self.frontend.down[worker.spec.index] = f"{name!r} exited (status {code}); restarts disabled or used up"
+            self.frontend.fail_all(message)
             return
+        self.frontend.down[worker.spec.index] = f"{name!r} exited unexpectedly and is restarting"
+        self.frontend.fail_all(message)
         worker.restarts += 1
         worker.generation += 1
         self.metrics.restarts.labels(name).inc()
@@ -178,12 +177,11 @@ class Launcher:
             await self._await_ready([worker], self.spec.config.server.startup_timeout_s)
         except LaunchError as exc:
             log.error("%s", exc)
-            self.frontend.down[worker.spec.index] = "failed to restart"
+            where = self.log_path(worker.spec.index)
+            self.frontend.down[worker.spec.index] = f"{name!r} failed to restart; see {where}"
             return
         for other in self.workers:  # peers drop their queue for the dead process and talk to the new one
             if other is not worker and other.spec.index not in self.frontend.down:
-                from trserve.messages import Rewire
-
                 self.frontend.send(
                     other.spec.index, Rewire(worker.spec.index, self.spec.endpoints.inbox(worker.spec.index))
                 )

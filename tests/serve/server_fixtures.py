@@ -66,7 +66,7 @@ def server_config(dirs: tuple[str, ...], backend: str = "vllm", **server: Any) -
         "handoff": "session",
         "models": [{"name": "large", "path": dirs[0], **model}, {"name": "small", "path": dirs[1], **model}],
         "router": {"program": "schedule", "params": {"handoff_prob": 0.0, "seed": 0}},
-        "batching": {"thresholds": [1, 1], "max_wait_ms": 5.0},
+        "batching": {"thresholds": [3, 2], "max_wait_ms": 20.0},  # delayed batching, bounded wait
         "server": {"api_key": API_KEY, "max_active_requests": MAX_ACTIVE, "max_waiting_requests": MAX_WAITING,
                    "max_body_bytes": MAX_BODY, "restart": {"enabled": True, "max_restarts": 2}, **server},
     }  # fmt: skip

@@ -57,7 +57,8 @@ def test_killed_subserver_fails_in_flight_requests_then_restarts(server: Served)
     with server.client() as client:
         refused = client.post("/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2})
         if refused.status_code == 503:  # still restarting (always so for vLLM: an engine takes many seconds)
-            assert refused.headers["retry-after"] and "not serving" in refused.json()["error"]["message"]
+            message = refused.json()["error"]["message"]
+            assert refused.headers["retry-after"] and "'small' exited unexpectedly and is restarting" in message
             assert client.get("/health").status_code == 503
         deadline = time.monotonic() + 600
         while client.get("/health").status_code != 200:
