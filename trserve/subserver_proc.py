@@ -86,8 +86,8 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def run(spec: RunSpec, model: int) -> None:
-    """Start model ``model`` and serve until shutdown."""
+def run(spec: RunSpec, model: int, loop_cls: type[SubserverLoop] = SubserverLoop) -> None:
+    """Start model ``model`` and serve until shutdown; ``loop_cls`` lets a variant (crossval) extend the loop."""
     program = build_program(spec, model)
     engine, make_step_item, step_error = start_engine(spec, model)
     try:
@@ -96,7 +96,7 @@ def run(spec: RunSpec, model: int) -> None:
         mailbox = Mailbox(book.pop(model), book)
         active = ActiveCounter(spec.endpoints.active_file)
         sub = Subserver(program, spec.policy(model))
-        loop = SubserverLoop(sub, engine, mailbox, make_step_item, read_active=active.read, step_error=step_error)
+        loop = loop_cls(sub, engine, mailbox, make_step_item, read_active=active.read, step_error=step_error)
         signals = tuple(sorted(engine.available_signals))
         mailbox.send(FRONTEND, Ready(model, os.getpid(), engine.kv_usage(), signals))
         log.info("model %d (%s) ready: policy %s", model, spec.config.models[model].name, sub.policy)

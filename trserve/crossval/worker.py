@@ -10,18 +10,15 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 from typing import Any
 
-from trcore import Subserver, check_signals
 from trserve import subserver_proc
 from trserve.crossval.messages import Reconfigure, TraceDump
 from trserve.loop import SubserverLoop
-from trserve.messages import Ready
 from trserve.runspec import RunSpec
-from trserve.transport import FRONTEND, ActiveCounter, Mailbox
+from trserve.transport import FRONTEND
 
 log = logging.getLogger("trserve.crossval.worker")
 
@@ -47,22 +44,8 @@ class CrossvalLoop(SubserverLoop):
 
 
 def run(spec: RunSpec, model: int) -> None:
-    """Start model ``model`` (as ``trserve.subserver_proc.run``) and serve until shutdown."""
-    program = subserver_proc.build_program(spec, model)
-    engine, make_step_item, step_error = subserver_proc.start_engine(spec, model)
-    try:
-        check_signals(program, engine.available_signals)
-        book = spec.endpoints.address_book()
-        mailbox = Mailbox(book.pop(model), book)
-        active = ActiveCounter(spec.endpoints.active_file)
-        sub = Subserver(program, spec.policy(model))
-        loop = CrossvalLoop(sub, engine, mailbox, make_step_item, read_active=active.read, step_error=step_error)
-        mailbox.send(FRONTEND, Ready(model, os.getpid(), engine.kv_usage(), tuple(sorted(engine.available_signals))))
-        log.info("model %d (%s) ready for crossval", model, spec.config.models[model].name)
-        loop.run()
-        mailbox.close()
-    finally:
-        engine.close()
+    """Start model ``model`` as ``trserve.subserver_proc.run`` does, with the reconfigurable loop."""
+    subserver_proc.run(spec, model, loop_cls=CrossvalLoop)
 
 
 def main(argv: list[str] | None = None) -> None:
