@@ -33,6 +33,16 @@ def test_every_system_is_a_valid_serve_config(system: str) -> None:
     assert cfg.mode == (system if system in ("lockstep", "per-token") else "routed")
 
 
+def test_router_parameters_come_from_the_base_config_when_it_routes_with_that_program() -> None:
+    from trserve.bench.systems import ROUTER_PARAMS
+
+    base = {**DEFAULT_CONFIG, "router": {"program": "rstitch", "params": {"tau": 3.0, "tau_back": 2.0}}}
+    assert system_config(base, "tokenrouter-b1", "rstitch")["router"]["params"] == {"tau": 3.0, "tau_back": 2.0}
+    assert system_config(base, "tokenrouter-b1", "r2r")["router"]["params"] == ROUTER_PARAMS["r2r"]
+    given = system_config(base, "lockstep", "rstitch", router_params={"tau": 1.0})
+    assert given["router"]["params"] == {"tau": 1.0}
+
+
 def test_optimized_systems_need_the_threshold_table() -> None:
     from trcore.errors import ConfigError
 

@@ -25,7 +25,8 @@ def crossval(
     routers: str = typer.Option("markov,rstitch", "--routers", help=f"Routers, from {', '.join(ROUTER_NAMES)}."),
     markov_p: str = typer.Option("[[0.75,0.25],[1,0]]", "--markov-p", help="P of the markov router (JSON)."),
     markov_c: str = typer.Option("[[1,0],[1,0]]", "--markov-c", help="C of the markov router (JSON)."),
-    tau: float = typer.Option(2.1, "--tau", help="Entropy threshold of the rstitch router (nats)."),
+    tau: float = typer.Option(6.0, "--tau", help="rstitch: small-model entropy that hands over."),
+    tau_back: float = typer.Option(5.0, "--tau-back", help="rstitch: large-model entropy below which it hands back."),
     max_tokens: int = typer.Option(96, "--max-tokens", help="Output tokens per request (no stop tokens)."),
     warmup_s: float = typer.Option(3.0, "--warmup-s", help="Seconds per cell before the measured window."),
     measure_s: float = typer.Option(12.0, "--measure-s", help="Measured seconds per cell."),
@@ -47,7 +48,11 @@ def crossval(
     from trserve.crossval.run import run_crossval, write_outputs
 
     cfg = _load(config, None, None)
-    choices = [_router(name.strip(), opt, markov_p, markov_c, tau, seed) for name in routers.split(",") if name.strip()]
+    choices = [
+        _router(name.strip(), opt, markov_p, markov_c, (tau, tau_back), seed)
+        for name in routers.split(",")
+        if name.strip()
+    ]
     for key, value in {"--max-tokens": max_tokens, "--repeats": repeats, "--full-grid-max-n": full_grid_max_n}.items():
         if value < 1:
             raise ConfigError(key, f"must be >= 1, got {value}")
@@ -79,7 +84,7 @@ def crossval(
 
 
 def _router(
-    name: str, opt: Any, markov_p: str, markov_c: str, tau: float, seed: int
+    name: str, opt: Any, markov_p: str, markov_c: str, taus: tuple[float, float], seed: int
 ) -> tuple[str, str, dict[str, Any]]:
     from trcore.errors import ConfigError
 
@@ -87,7 +92,7 @@ def _router(
         params = {"P": opt.parse_matrix(markov_p, "--markov-p"), "C": opt.parse_matrix(markov_c, "--markov-c")}
         return name, "markov", {**params, "seed": seed}
     if name == "rstitch":
-        return name, "rstitch", {"tau": tau}
+        return name, "rstitch", {"tau": taus[0], "tau_back": taus[1]}
     if name == "r2r":
         return name, "r2r", {}
     raise ConfigError("--routers", f"unknown router {name!r}; valid: {', '.join(ROUTER_NAMES)}")

@@ -19,13 +19,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from trcore.errors import ConfigError
+from trserve.defaults import LOCAL_PAIR_RSTITCH
 
 SYSTEMS = ("tokenrouter", "tokenrouter-b1", "tokenrouter-readmit", "lockstep", "per-token", "llm-only")
 #: Systems whose thresholds come from the throughput model's optimizer.
 OPTIMIZED = ("tokenrouter", "tokenrouter-readmit")
 #: Router parameters giving about 10-35% large-model tokens on the local pair (measured fraction is reported).
 ROUTER_PARAMS: dict[str, dict[str, Any]] = {
-    "rstitch": {"tau": 1.95, "tau_back": 1.0},
+    "rstitch": dict(LOCAL_PAIR_RSTITCH),
     "r2r": {},
 }
 ThresholdTable = Mapping[int, Sequence[int]]
@@ -58,10 +59,15 @@ def system_config(
 ) -> dict[str, Any]:
     """The serve config (a dict for ``ServeConfig``) of ``system`` routed by ``router``.
 
-    ``table`` maps a concurrency to the optimizer's thresholds (needed by the systems in ``OPTIMIZED``)."""
+    ``table`` maps a concurrency to the optimizer's thresholds (needed by the systems in ``OPTIMIZED``). The
+    router's parameters are ``router_params``, else the base config's when it routes with ``router``, else
+    :data:`ROUTER_PARAMS`."""
     cfg = {k: v for k, v in base.items()}
     models = list(base["models"])
-    params = dict(ROUTER_PARAMS[router] if router_params is None else router_params)
+    if router_params is None:  # the base config's own parameters when it routes with this program
+        own = base.get("router") or {}
+        router_params = own.get("params", {}) if own.get("program") == router else ROUTER_PARAMS[router]
+    params = dict(router_params)
     cfg["router"] = {"program": router, "params": params}
     cfg["mode"], cfg["handoff"] = "routed", "session"
     builders: dict[str, Callable[[], dict[str, Any]]] = {

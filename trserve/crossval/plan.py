@@ -14,11 +14,6 @@ from trcore.policy import is_feasible
 #: regenerates that token and hands straight back), so the throughput model's assumptions hold exactly.
 MARKOV_P = ((0.75, 0.25), (1.0, 0.0))
 MARKOV_C = ((1.0, 0.0), (1.0, 0.0))
-#: R-Stitch's entropy threshold (nats) for the local pair (small model with its fitted head): on the workload's
-#: chat prompts the small model's top-20 entropy is 1.73 at the median and 2.09 at the 80th percentile; replaying
-#: both models' entropies over the small model's greedy outputs puts 31% of the steps on the large model at
-#: tau = 2.0 and 1% at 2.5, so 2.1 aims at about 20%.
-RSTITCH_TAU = 2.1
 #: Above this concurrency only a grid of threshold vectors is run (all of them below or at it).
 FULL_GRID_MAX_N = 4
 #: Per-model threshold values on the grid for larger N (each vector also must be feasible).
@@ -34,10 +29,13 @@ class RouterChoice:
     params: dict[str, Any] = field(default_factory=dict)
 
 
-def default_routers(seed: int = 0, tau: float = RSTITCH_TAU) -> tuple[RouterChoice, ...]:
-    """The stationary Markov router and R-Stitch entropy switching at ``tau`` (real, correlated routing)."""
+def default_routers(seed: int = 0) -> tuple[RouterChoice, ...]:
+    """The stationary Markov router and R-Stitch entropy switching with the local pair's thresholds (real,
+    correlated routing; see ``trserve.defaults.LOCAL_PAIR_RSTITCH``)."""
+    from trserve.defaults import LOCAL_PAIR_RSTITCH
+
     markov = {"P": [list(r) for r in MARKOV_P], "C": [list(r) for r in MARKOV_C], "seed": seed}
-    return (RouterChoice("markov", "markov", markov), RouterChoice("rstitch", "rstitch", {"tau": tau}))
+    return (RouterChoice("markov", "markov", markov), RouterChoice("rstitch", "rstitch", dict(LOCAL_PAIR_RSTITCH)))
 
 
 def threshold_vectors(
