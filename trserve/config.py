@@ -62,6 +62,8 @@ class AutoThresholdsConfig(_Strict):
     concurrency: int = Field(16, ge=1)
     routing_traces: str | None = None
     calibration_dir: str | None = None
+    #: Delay batches only when the model predicts more than this gain over thresholds of 1 (its error is larger).
+    min_gain: float = Field(0.03, ge=0.0, lt=1.0)
 
 
 class BatchingConfig(_Strict):

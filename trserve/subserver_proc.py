@@ -36,8 +36,27 @@ def build_program(spec: RunSpec, model: int) -> RoutingProgram:
     return PROGRAMS.create(router.program, model, spec.config.num_models, **router.params)
 
 
+def routing_signals(spec: RunSpec, model: int) -> dict[str, Any]:
+    """Engine settings for the signals model ``model``'s routing program reads. Top-k logprobs and the exact
+    entropy cost CPU every step, so an engine computes them only for a program that needs them (a reader of
+    ``top_logprobs`` gets the exact entropy too: rstitch prefers it when a step carries it)."""
+    if spec.config.backend == "hash":
+        return {}
+    needed = build_program(spec, model).required_signals
+    return {
+        "top_logprobs": spec.config.top_logprobs if "top_logprobs" in needed else 0,
+        "entropy": bool(needed & {"top_logprobs", "entropy"}),
+    }
+
+
+def all_signals(spec: RunSpec) -> dict[str, Any]:
+    """Engine settings that give every signal (crossval swaps routing programs on running engines)."""
+    return {"top_logprobs": spec.config.top_logprobs, "entropy": True}
+
+
 def engine_config(spec: RunSpec, model: int, **overrides: Any) -> Any:
-    """The ``trserve.engine.EngineConfig`` of model ``model`` (fields the engine lacks are left out)."""
+    """The ``trserve.engine.EngineConfig`` of model ``model`` (fields the engine lacks are left out); the
+    routing signals follow the configured program (:func:`routing_signals`) unless ``overrides`` set them."""
     from trserve.engine import EngineConfig
 
     m = spec.config.models[model]
@@ -48,10 +67,10 @@ def engine_config(spec: RunSpec, model: int, **overrides: Any) -> Any:
         "block_size": m.block_size,
         "kv_cache_gib": m.kv_cache_gib,
         "max_num_seqs": m.max_num_seqs,
-        "top_logprobs": spec.config.top_logprobs,
         "seed": spec.config.seed,
         "handoff": spec.config.handoff,
         "tensor_parallel_size": m.placement.tensor_parallel_size,
+        **routing_signals(spec, model),
         **overrides,
     }
     known = {f.name for f in dataclasses.fields(EngineConfig)}
@@ -65,15 +84,16 @@ class HashStepItem:
     sampling: Any
 
 
-def start_engine(spec: RunSpec, model: int) -> tuple[Any, Any, type[Exception]]:
-    """The model's engine, its step-item constructor and the error a failed step raises."""
+def start_engine(spec: RunSpec, model: int, **overrides: Any) -> tuple[Any, Any, type[Exception]]:
+    """The model's engine (``overrides``: engine settings), its step-item constructor and the error a failed
+    step raises."""
     if spec.config.backend == "hash":
         from trserve.hash_engine import HashEngine
 
         return HashEngine(model, step_s=0.005), HashStepItem, RuntimeError
     from trserve.engine import EngineStepError, StepEngine, StepItem
 
-    return StepEngine(engine_config(spec, model)), StepItem, EngineStepError
+    return StepEngine(engine_config(spec, model, **overrides)), StepItem, EngineStepError
 
 
 def _die_with_parent() -> None:
@@ -86,10 +106,16 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def run(spec: RunSpec, model: int, loop_cls: type[SubserverLoop] = SubserverLoop) -> None:
-    """Start model ``model`` and serve until shutdown; ``loop_cls`` lets a variant (crossval) extend the loop."""
+def run(
+    spec: RunSpec,
+    model: int,
+    loop_cls: type[SubserverLoop] = SubserverLoop,
+    engine_overrides: dict[str, Any] | None = None,
+) -> None:
+    """Start model ``model`` and serve until shutdown; ``loop_cls`` and ``engine_overrides`` let a variant
+    (crossval) extend the loop and the engine's settings."""
     program = build_program(spec, model)
-    engine, make_step_item, step_error = start_engine(spec, model)
+    engine, make_step_item, step_error = start_engine(spec, model, **(engine_overrides or {}))
     try:
         check_signals(program, engine.available_signals)
         book = spec.endpoints.address_book()

@@ -131,10 +131,13 @@ def auto_thresholds(cfg: ServeConfig) -> list[int]:
     caps = [min(cfg.batching.max_batch or m.max_num_seqs, m.max_num_seqs, n) for m in cfg.models]
     latency = [[profile_latency(p, b) for b in range(1, cap + 1)] for p, cap in zip(profiles, caps, strict=True)]
     quantum_s = QUANTUM_FRACTION * min(min(table) for table in latency)
-    best = ThroughputModel(P, C, latency, quantum_s=quantum_s, max_batch=caps).optimize(n)
+    best = ThroughputModel(P, C, latency, quantum_s=quantum_s, max_batch=caps).optimize(
+        n, min_gain=cfg.batching.auto.min_gain
+    )
     message = (
         f"thresholds auto: {list(best.thresholds)} (throughput model: {best.throughput_tok_s:.1f} tok/s at "
-        f"{n} concurrent requests, best of {len(best.candidates)}; P={_fmt(P)} C={_fmt(C)} from {source}; "
+        f"{n} concurrent requests, best of {len(best.candidates)}, min gain {cfg.batching.auto.min_gain:.0%}; "
+        f"P={_fmt(P)} C={_fmt(C)} from {source}; "
         f"latency at context {TYPICAL_CONTEXT} from {[str(profile_path(cfg, m)) for m in range(cfg.num_models)]})"
     )
     log.info("%s", message)

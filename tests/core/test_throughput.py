@@ -120,6 +120,19 @@ def test_optimize_in_two_processes_gives_the_same_candidates():
     assert one.thresholds == two.thresholds
 
 
+def test_optimize_keeps_no_delay_unless_the_best_beats_it_by_min_gain():
+    model = ThroughputModel(R2R_P, R2R_C, [0.006, 0.0279])
+    free = model.optimize(5)
+    ones = next(c for c in free.candidates if c.thresholds == (1, 1))
+    gain = free.throughput_tok_s / ones.throughput_tok_s - 1.0
+    assert free.thresholds != (1, 1) and gain > 0  # delayed batching pays on this (GPU-like) latency
+    assert model.optimize(5, min_gain=gain * 0.9).thresholds == free.thresholds
+    kept = model.optimize(5, min_gain=gain * 1.1)
+    assert kept.thresholds == (1, 1) and kept.throughput_tok_s == ones.throughput_tok_s
+    with pytest.raises(ConfigError):
+        model.optimize(5, min_gain=-0.1)
+
+
 def test_optimize_reports_elapsed_time_by_the_clock_given():
     ticks = iter([10.0, 12.5])
     res = ThroughputModel([[1.0]], [[1.0]], [0.01]).optimize(3, clock=lambda: next(ticks))

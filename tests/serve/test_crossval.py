@@ -109,11 +109,12 @@ def test_tiny_grid_end_to_end_on_the_local_pair(tmp_path, prepared_pair):
         assert traces and all(json.loads(t)["num_output_tokens"] == 8 for t in traces)
 
 
-def _auto_config(tmp_path, traces_path, concurrency=4, **router):
+def _auto_config(tmp_path, traces_path, concurrency=4, min_gain=0.0, **router):
     from trserve.config import ServeConfig
 
     models = [{"name": "small", "path": "x", "max_num_seqs": 8}, {"name": "large", "path": "y", "max_num_seqs": 8}]
-    auto = {"concurrency": concurrency, "calibration_dir": str(tmp_path), "routing_traces": traces_path}
+    auto = {"concurrency": concurrency, "calibration_dir": str(tmp_path), "routing_traces": traces_path,
+            "min_gain": min_gain}  # fmt: skip
     data = {"models": models, "batching": {"thresholds": "auto", "auto": auto}, "server": {"max_active_requests": 8}}
     return ServeConfig.model_validate({**data, **router})
 

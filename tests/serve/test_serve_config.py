@@ -111,6 +111,25 @@ def test_run_spec_round_trip_and_policy(tmp_path):
     assert policy.threshold_for(10) == 4 and policy.max_wait_s == 0.005 and policy.max_batch == 64
 
 
+@pytest.mark.parametrize(
+    ("router", "small", "large"),
+    [
+        ({"program": "rstitch", "params": {"tau": 6.0}}, (20, True), (20, True)),
+        ({"program": "markov", "params": {"P": [[0.8, 0.2], [1, 0]]}}, (0, False), (0, False)),
+        ({"program": "colllm", "params": {"eta": 0.4}}, (20, True), (0, False)),
+    ],
+)
+def test_engines_compute_only_the_signals_their_routing_program_reads(tmp_path, router, small, large):
+    from trserve.subserver_proc import all_signals, routing_signals
+
+    cfg = make(router=router)
+    placements = tuple(place_models(list(cfg.models), cpus=[0, 1]))
+    spec = RunSpec(cfg, ("/x", "/y"), (1, 1), placements, Endpoints(str(tmp_path), 2, (0, 0)))
+    for model, (top_k, entropy) in enumerate((small, large)):
+        assert routing_signals(spec, model) == {"top_logprobs": top_k, "entropy": entropy}
+    assert all_signals(spec) == {"top_logprobs": 20, "entropy": True}
+
+
 def test_shipped_default_yaml_is_the_embedded_default():
     from pathlib import Path
 

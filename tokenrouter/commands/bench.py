@@ -37,6 +37,9 @@ def bench(
     warmup_s: float = typer.Option(1.5, min=0.0, help="Warm-up before each window (s)."),
     window_s: float = typer.Option(4.0, min=0.5, help="Measurement window (s)."),
     direct: bool = typer.Option(True, help="Also drive plain vLLM directly (the overhead reference)."),
+    min_gain: float = typer.Option(
+        0.03, min=0.0, max=0.99, help="Delay batches only for a predicted gain over B=1 above this fraction."
+    ),
     out: Path = typer.Option(Path("docs/bench"), "--out", help="Directory for bench.json, bench.md, bench.png."),
 ) -> None:
     """Run every system x router x N on this machine and write JSON, a markdown table and a PNG."""
@@ -58,7 +61,8 @@ def bench(
     base = (load_config(config) if config is not None else default_config()).model_dump(mode="json")
     base["server"]["max_active_requests"] = max(base["server"]["max_active_requests"], max(ns))
     ServeConfig.model_validate(base)
-    plan = BenchPlan(sys_names, router_names, ns, repetitions, Workload(max_tokens, warmup_s, window_s), base, direct)
+    workload = Workload(max_tokens, warmup_s, window_s)
+    plan = BenchPlan(sys_names, router_names, ns, repetitions, workload, base, direct, min_gain=min_gain)
     load_before = os.getloadavg()[0]
     started = time.monotonic()
     runner = BenchRunner(plan, None)

@@ -79,8 +79,18 @@ class ThroughputModel:
         rule = FixedThresholds(tuple(int(b) for b in thresholds), self.spec.batch_caps(num_requests))
         return solve_in(self.spec, explore(self.spec, num_requests, rule, self.max_states), rule)
 
-    def optimize(self, num_requests: int, clock: Callable[[], float] | None = None, workers: int = 1) -> OptimizeResult:
+    def optimize(
+        self,
+        num_requests: int,
+        clock: Callable[[], float] | None = None,
+        workers: int = 1,
+        min_gain: float = 0.0,
+    ) -> OptimizeResult:
         """Solve every feasible threshold vector and return the best (ties: the first in enumeration order).
+
+        ``min_gain``: a vector that delays batches must beat no delay (all thresholds 1) by more than this
+        fraction, else no delay is returned; a predicted gain below the model's own error is not worth the
+        waits it would add.
 
         The states of all candidates are explored once, together; each candidate's chain is then read off that
         shared exploration. Thresholds above a model's max batch act like the max batch, so candidates stop
@@ -90,6 +100,8 @@ class ThroughputModel:
         _check_concurrency(num_requests)
         if workers < 1:
             raise ConfigError("workers", f"must be >= 1, got {workers}")
+        if not 0.0 <= min_gain < 1.0:
+            raise ConfigError("min_gain", f"must be in [0, 1), got {min_gain}")
         check_feasible([1] * self.num_models, num_requests)
         num_requests = int(num_requests)
         caps = self.spec.batch_caps(num_requests)
@@ -97,6 +109,9 @@ class ThroughputModel:
         rules = [FixedThresholds(b, caps) for b in feasible_thresholds(caps, num_requests)]
         candidates = _solve_many(self.spec, universe, rules, workers)
         best = max(candidates, key=lambda c: c.throughput_tok_s)
+        no_delay = next(c for c in candidates if max(c.thresholds) == 1)
+        if best.throughput_tok_s <= no_delay.throughput_tok_s * (1.0 + min_gain):
+            best = no_delay
         elapsed = clock() - start if clock else 0.0
         return OptimizeResult(best.thresholds, best.throughput_tok_s, candidates, elapsed)
 

@@ -48,6 +48,19 @@ def targets(runs: Sequence[dict[str, Any]], routers: Sequence[str], direct: dict
     return out
 
 
+def routing_item(state: Any, min_gain: float) -> dict[str, Any]:
+    """What one router's b1 runs taught (P, C, latencies) and the thresholds chosen from it."""
+    return {
+        "P": state.P,
+        "C": state.C,
+        "latency_source": state.latency_source,
+        "optimized_thresholds": state.optimized,
+        "min_gain": min_gain,
+        "best_without_min_gain": state.unconstrained,
+        "predicted_gain_without_min_gain": state.unconstrained_gain,
+    }
+
+
 def write_outputs(
     out_dir: Path, plan: Any, runner: Any, command: str, load: dict[str, float], elapsed_s: float
 ) -> dict[str, Any]:
@@ -69,10 +82,7 @@ def write_outputs(
             "warmup_s": plan.workload.warmup_s,
             "window_s": plan.workload.window_s,
         },
-        "routing": {
-            r: {"P": s.P, "C": s.C, "latency_source": s.latency_source, "optimized_thresholds": s.optimized}
-            for r, s in runner.routers.items()
-        },
+        "routing": {r: routing_item(s, plan.min_gain) for r, s in runner.routers.items()},
         "runs": runs,
         "vllm_direct": runner.direct,
         "targets": targets(runs, routers, runner.direct),

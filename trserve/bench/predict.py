@@ -83,16 +83,17 @@ def fit_line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
     return float(max(intercept, 1e-4)), float(max(slope, 0.0))
 
 
-def profile_table(model_name: str, tag: str, max_batch: int) -> list[float] | None:
+def profile_table(model_name: str, tag: str, max_batch: int, extend: float = 0.0) -> list[float] | None:
     """Step latency by batch size (index b - 1) from this machine's calibration profile of ``model_name``, read
-    at the bench's context length; None when no profile is committed."""
+    at the bench's context length with ``extend`` tokens per request fed beyond the decode token (re-admission
+    recomputes the partial last KV block: on average half a block); None when no profile is committed."""
     from trsim.profile import latency_from_profile, load_profile
 
     for base in (REPO / "calibration" / "profiles" / tag, REPO / "calibration" / tag):
         path = base / f"{model_name}.json"
         if path.is_file():
             model = latency_from_profile(load_profile(path))
-            return [float(model.predict(b, b * BENCH_CONTEXT, 0)) for b in range(1, max_batch + 1)]
+            return [float(model.predict(b, b * BENCH_CONTEXT, round(b * extend))) for b in range(1, max_batch + 1)]
     return None
 
 
@@ -109,14 +110,21 @@ def model_prediction(P: Matrix, C: Matrix, tables: Tables, concurrency: int, thr
     return float(ThroughputModel(P, C, cut, quantum_s=QUANTUM_S).solve(concurrency, list(thresholds)).throughput_tok_s)
 
 
-def optimize_table(P: Matrix, C: Matrix, tables: Tables, concurrencies: Sequence[int]) -> dict[int, list[int]]:
+#: A delayed-batching vector is used only when the model predicts it beats B = 1 by more than this (the model's
+#: own error on this machine is several percent; see ``ThroughputModel.optimize``).
+MIN_GAIN = 0.03
+
+
+def optimize_table(
+    P: Matrix, C: Matrix, tables: Tables, concurrencies: Sequence[int], min_gain: float = MIN_GAIN
+) -> dict[int, list[int]]:
     """The optimizer's B* for every concurrency."""
     from trcore.throughput import ThroughputModel
 
     out: dict[int, list[int]] = {}
     for n in concurrencies:
         cut = [t[:n] for t in tables]
-        out[n] = list(ThroughputModel(P, C, cut, quantum_s=QUANTUM_S).optimize(n).thresholds)
+        out[n] = list(ThroughputModel(P, C, cut, quantum_s=QUANTUM_S).optimize(n, min_gain=min_gain).thresholds)
     return out
 
 

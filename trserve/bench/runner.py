@@ -36,6 +36,7 @@ class BenchPlan:
     base: dict[str, Any]
     direct: bool = True
     sim_tokens: int = 20000
+    min_gain: float = predict.MIN_GAIN
 
 
 @dataclass
@@ -63,6 +64,9 @@ class RouterState:
     tables: list[list[float]]
     latency_source: str
     optimized: dict[int, list[int]]
+    #: B* without the minimum-gain rule, and the model's gain of that vector over B = 1 per concurrency.
+    unconstrained: dict[int, list[int]] = field(default_factory=dict)
+    unconstrained_gain: dict[int, float] = field(default_factory=dict)
 
 
 class BenchRunner:
@@ -136,9 +140,15 @@ class BenchRunner:
         pooled = _pool([s for c in b1 for s in c.stats])
         P, C = predict.routing_matrices(pooled)
         tables, source = self._tables(b1, self._model_names("tokenrouter-b1"), profiles=True)
-        optimized = predict.optimize_table(P, C, tables, self.plan.concurrencies)
+        optimized = predict.optimize_table(P, C, tables, self.plan.concurrencies, self.plan.min_gain)
+        free = predict.optimize_table(P, C, tables, self.plan.concurrencies, 0.0)
+        ones = [1] * len(P)
+        gain = {
+            n: predict.model_prediction(P, C, tables, n, b) / predict.model_prediction(P, C, tables, n, ones) - 1.0
+            for n, b in free.items()
+        }
         self.display.learned(router, P, C, source, optimized)
-        return RouterState(P, C, tables, source, optimized)
+        return RouterState(P, C, tables, source, optimized, free, gain)
 
     def _tables(self, cells: Sequence[Cell], names: list[str], profiles: bool) -> tuple[list[list[float]], str]:
         """Latency tables: the calibration profiles (when ``profiles`` and all exist), else a line through the
@@ -175,6 +185,8 @@ class BenchRunner:
             if state is None:
                 return
             tables, cell.latency_source = state.tables, state.latency_source
+            if cell.system == "tokenrouter-readmit":
+                tables, cell.latency_source = self._readmit_tables(tables, cell.latency_source)
         if cell.system == "llm-only":
             P, C, thresholds, baseline = [[1.0]], [[1.0]], [1], "tokenrouter"
         else:
@@ -188,6 +200,20 @@ class BenchRunner:
         # steps were as slow as they were here (separates scheduling/IPC loss from slower-than-calibrated steps).
         own_tables, _ = self._tables([cell], self._model_names(cell.system), profiles=False)
         cell.predicted_own_steps = predict.model_prediction(P, C, own_tables, n, model_b)
+
+    def _readmit_tables(self, tables: list[list[float]], source: str) -> tuple[list[list[float]], str]:
+        """Profile latencies with re-admission's recompute: half a KV block per request per step (the partial
+        last block is not prefix-cached); the session tables when no profile exists."""
+        from trserve.thresholds import hardware_tag
+
+        names, models = self._model_names("tokenrouter"), self.plan.base["models"]
+        found = [
+            predict.profile_table(n, hardware_tag(), len(t), extend=(m.get("block_size", 32) - 1) / 2)
+            for n, t, m in zip(names, tables, models, strict=True)
+        ]
+        if all(t is not None for t in found):
+            return [t for t in found if t is not None], f"{source}, half a KV block recomputed per request"
+        return tables, source
 
     def _run_direct(self) -> None:
         from trserve.bench.direct import run_direct_process

@@ -44,8 +44,9 @@ class CrossvalLoop(SubserverLoop):
 
 
 def run(spec: RunSpec, model: int) -> None:
-    """Start model ``model`` as ``trserve.subserver_proc.run`` does, with the reconfigurable loop."""
-    subserver_proc.run(spec, model, loop_cls=CrossvalLoop)
+    """Start model ``model`` as ``trserve.subserver_proc.run`` does, with the reconfigurable loop and every
+    routing signal on (the programs change between cells)."""
+    subserver_proc.run(spec, model, loop_cls=CrossvalLoop, engine_overrides=subserver_proc.all_signals(spec))
 
 
 def main(argv: list[str] | None = None) -> None:
