@@ -73,21 +73,7 @@ async def serve(cfg: ServeConfig) -> int:
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)
         raise
-    metrics = Metrics([m.name for m in cfg.models])
-    active = ActiveCounter(spec.endpoints.active_file, writable=True)
-    book = spec.endpoints.address_book()
-    frontend_addr = book.pop(-1)
-    frontend = FrontEnd(
-        frontend_addr,
-        book,
-        entry=_entry_process(cfg),
-        num_models=cfg.num_models,
-        active=active,
-        metrics=metrics,
-        max_active=cfg.server.max_active_requests,
-        max_waiting=cfg.server.max_waiting_requests,
-    )
-    frontend.start()
+    frontend, metrics, active = start_frontend(cfg, spec, FrontEnd, _entry_process(cfg))
     launcher = Launcher(spec, workers, log_dir, frontend, metrics, cfg.server.restart)
     print(f"tokenrouter: starting {len(workers)} worker(s) ({cfg.mode}); logs in {log_dir}", file=sys.stderr)
     try:
@@ -118,6 +104,28 @@ async def serve(cfg: ServeConfig) -> int:
         if cfg.server.log_dir:
             shutil.rmtree(run_dir, ignore_errors=True)
     return 0
+
+
+def start_frontend(
+    cfg: ServeConfig, spec: RunSpec, frontend_cls: type[FrontEnd], entry: int
+) -> tuple[FrontEnd, Metrics, ActiveCounter]:
+    """A started front end of class ``frontend_cls`` (entry process ``entry``), its metrics and the shared
+    active-request counter it writes."""
+    metrics = Metrics([m.name for m in cfg.models])
+    active = ActiveCounter(spec.endpoints.active_file, writable=True)
+    book = spec.endpoints.address_book()
+    frontend = frontend_cls(
+        book.pop(-1),
+        book,
+        entry=entry,
+        num_models=cfg.num_models,
+        active=active,
+        metrics=metrics,
+        max_active=cfg.server.max_active_requests,
+        max_waiting=cfg.server.max_waiting_requests,
+    )
+    frontend.start()
+    return frontend, metrics, active
 
 
 def _entry_process(cfg: ServeConfig) -> int:

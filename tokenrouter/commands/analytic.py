@@ -32,6 +32,7 @@ OPTION_OF = {
     "concurrency": "--concurrency",
     "thresholds": "--thresholds",
     "workers": "--workers",
+    "min_gain": "--min-gain",
 }
 
 P_OPTION = typer.Option(opt.DEFAULT_P, "--P", help="Routing matrix P (rows sum to 1): JSON or 'a,b;c,d'.")
@@ -78,13 +79,14 @@ def optimize(
     concurrency: str = CONCURRENCY_OPTION,
     max_batch: str | None = MAX_BATCH_OPTION,
     workers: str = typer.Option("1", "--workers", help="Processes solving candidates in parallel."),
+    min_gain: float = typer.Option(0.0, "--min-gain", help="Prefer thresholds of 1 unless the best gains more."),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Solve every feasible threshold vector and print the best and the table of candidates."""
     model, num_requests = _model(P, C, latency_ms, quantum_ms, concurrency, max_batch)
     num_workers = _integer(workers, "--workers")
     with _named_fields():
-        result = model.optimize(num_requests, clock=time.perf_counter, workers=num_workers)
+        result = model.optimize(num_requests, clock=time.perf_counter, workers=num_workers, min_gain=min_gain)
     ranked = sorted(result.candidates, key=lambda c: -c.throughput_tok_s)
     if as_json:
         print(json.dumps(_optimize_dict(result, ranked)))

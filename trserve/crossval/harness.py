@@ -26,8 +26,6 @@ from trserve.config import RestartConfig, ServeConfig
 from trserve.crossval.messages import Reconfigure, TraceDump
 from trserve.frontend import FrontEnd
 from trserve.messages import StepReport
-from trserve.metrics import Metrics
-from trserve.transport import ActiveCounter
 
 #: Makes model ``m``'s routing program for a cell (a fresh instance per cell: routers hold RNG state).
 ProgramFactory = Callable[[int], RoutingProgram]
@@ -103,25 +101,12 @@ class CellRun:
 async def crossval_server(cfg: ServeConfig) -> AsyncIterator[CrossvalFrontEnd]:
     """Start the config's subservers (crossval workers) and a front end; stop them all on exit."""
     from trserve.launch import Launcher
-    from trserve.server import resolve
+    from trserve.server import resolve, start_frontend
 
     run_dir = tempfile.mkdtemp(prefix="tokenrouter-crossval-")
     spec, workers = resolve(cfg, run_dir)
     workers = [replace(w, module="trserve.crossval.worker") for w in workers]
-    metrics = Metrics([m.name for m in cfg.models])
-    active = ActiveCounter(spec.endpoints.active_file, writable=True)
-    book = spec.endpoints.address_book()
-    frontend = CrossvalFrontEnd(
-        book.pop(-1),
-        book,
-        entry=cfg.entry_model,
-        num_models=cfg.num_models,
-        active=active,
-        metrics=metrics,
-        max_active=cfg.server.max_active_requests,
-        max_waiting=cfg.server.max_waiting_requests,
-    )
-    frontend.start()
+    frontend, metrics, active = start_frontend(cfg, spec, CrossvalFrontEnd, cfg.entry_model)
     launcher = Launcher(spec, workers, Path(run_dir), frontend, metrics, RestartConfig(enabled=False))
     is_clean = False
     try:
