@@ -17,7 +17,8 @@ TARGET_N = 8
 
 
 def targets(runs: Sequence[dict[str, Any]], routers: Sequence[str], direct: dict[str, Any] | None) -> dict[str, Any]:
-    """The issue's targets at N = 8 per router (ratios of medians), and the overhead budget."""
+    """The issue's targets at N = 8 per router (ratios of medians), and the overhead budget (``llm-only`` against
+    plain vLLM at the concurrency the direct run used)."""
     out: dict[str, Any] = {}
     for router in routers:
         tr = lookup(runs, "tokenrouter", router, TARGET_N)
@@ -38,12 +39,14 @@ def targets(runs: Sequence[dict[str, Any]], routers: Sequence[str], direct: dict
             spread = (b1["throughput_max_tok_s"] - b1["throughput_min_tok_s"]) / b1["throughput_tok_s"]
             t["b1_relative_spread"] = spread
         out[router] = t
-    llm = next((r for r in runs if r["system"] == "llm-only" and r["concurrency"] == TARGET_N), None)
+    n_direct = direct["concurrency"] if direct else None
+    llm = next((r for r in runs if r["system"] == "llm-only" and r["concurrency"] == n_direct), None)
     if direct and llm:
         out["overhead"] = {
             "llm_only_tok_s": llm["throughput_tok_s"],
             "vllm_direct_tok_s": direct["throughput_tok_s"],
             "ratio": llm["throughput_tok_s"] / direct["throughput_tok_s"],
+            "concurrency": n_direct,
         }
     return out
 
