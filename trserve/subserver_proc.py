@@ -22,7 +22,7 @@ from trcore import PROGRAMS, RoutingProgram, Subserver, check_signals
 from trserve.loop import SubserverLoop
 from trserve.messages import Ready
 from trserve.runspec import RunSpec
-from trserve.transport import FRONTEND, ActiveCounter, Mailbox
+from trserve.transport import FRONTEND, ActiveCounter
 
 log = logging.getLogger("trserve.subserver")
 
@@ -118,8 +118,7 @@ def run(
     engine, make_step_item, step_error = start_engine(spec, model, **(engine_overrides or {}))
     try:
         check_signals(program, engine.available_signals)
-        book = spec.endpoints.address_book()
-        mailbox = Mailbox(book.pop(model), book)
+        mailbox = spec.endpoints.mailbox(model)
         active = ActiveCounter(spec.endpoints.active_file)
         sub = Subserver(program, spec.policy(model))
         loop = loop_cls(sub, engine, mailbox, make_step_item, read_active=active.read, step_error=step_error)

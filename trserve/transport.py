@@ -56,6 +56,11 @@ class Endpoints:
         book[FRONTEND] = self.frontend
         return book
 
+    def mailbox(self, index: int) -> Mailbox:
+        """Process ``index``'s mailbox: its own inbox bound, an outbox to every other process and the front end."""
+        book = self.address_book()
+        return Mailbox(book.pop(index), book)
+
 
 def _push_socket(ctx: zmq.Context[Any], address: str) -> zmq.Socket[Any]:
     sock = ctx.socket(zmq.PUSH)

@@ -16,7 +16,7 @@ from trserve.loop import rss_bytes
 from trserve.messages import Abort, Probe, Ready, Release, Rewire, Shutdown, State, StepCall, StepReply
 from trserve.runspec import RunSpec
 from trserve.subserver_proc import start_engine, worker_main
-from trserve.transport import FRONTEND, Mailbox
+from trserve.transport import FRONTEND
 
 log = logging.getLogger("trserve.engine_worker")
 DRIVER = 0
@@ -37,8 +37,7 @@ def run(spec: RunSpec, index: int) -> None:
     model = index - 1
     engine, make_item, step_error = start_engine(spec, model)
     try:
-        book = spec.endpoints.address_book()
-        mailbox = Mailbox(book.pop(index), book)
+        mailbox = spec.endpoints.mailbox(index)
         mailbox.send(FRONTEND, Ready(index, os.getpid(), engine.kv_usage(), tuple(sorted(engine.available_signals))))
         parent = os.getppid()
         num_steps = 0

@@ -34,7 +34,7 @@ from trserve.messages import (
 )  # fmt: skip
 from trserve.runspec import RunSpec
 from trserve.subserver_proc import build_program, worker_main
-from trserve.transport import FRONTEND, Mailbox
+from trserve.transport import FRONTEND
 
 log = logging.getLogger("trserve.lockstep")
 
@@ -155,8 +155,7 @@ def run(spec: RunSpec, index: int) -> None:
     n = spec.config.num_models
     max_batch = [spec.policy(m).max_batch for m in range(n)]
     subs = [Subserver(build_program(spec, m), BatchingPolicy(threshold=1, max_batch=max_batch[m])) for m in range(n)]
-    book = spec.endpoints.address_book()
-    mailbox = Mailbox(book.pop(index), book)
+    mailbox = spec.endpoints.mailbox(index)
     mailbox.send(FRONTEND, Ready(index, os.getpid(), 0.0))
     LockstepDriver(subs, mailbox, entry=spec.config.entry_model).run()
     mailbox.close()

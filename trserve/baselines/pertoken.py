@@ -18,7 +18,7 @@ from trserve.loop import rss_bytes
 from trserve.messages import Abort, OneToken, Probe, Ready, Rewire, Shutdown, State, TokenReply
 from trserve.runspec import RunSpec
 from trserve.subserver_proc import engine_config, worker_main
-from trserve.transport import FRONTEND, Mailbox
+from trserve.transport import FRONTEND
 
 log = logging.getLogger("trserve.pertoken")
 DISPATCHER = 0
@@ -112,8 +112,7 @@ def run(spec: RunSpec, index: int) -> None:
     model = index - 1
     engine: Any = HashPlainEngine(spec, model) if spec.config.backend == "hash" else PlainEngine(spec, model)
     try:
-        book = spec.endpoints.address_book()
-        mailbox = Mailbox(book.pop(index), book)
+        mailbox = spec.endpoints.mailbox(index)
         mailbox.send(FRONTEND, Ready(index, os.getpid(), engine.kv_usage()))
         parent, num_tokens = os.getppid(), 0
         while os.getppid() == parent:

@@ -21,7 +21,7 @@ from trserve.loop import committed_tokens, finished_message, rss_bytes
 from trserve.messages import Abort, OneToken, Probe, Ready, Rewire, Shutdown, State, StepReport, TokenReply
 from trserve.runspec import RunSpec
 from trserve.subserver_proc import build_program, worker_main
-from trserve.transport import FRONTEND, Mailbox
+from trserve.transport import FRONTEND
 
 log = logging.getLogger("trserve.pertoken")
 ONE_AT_A_TIME = BatchingPolicy(threshold=1, max_batch=1)
@@ -118,8 +118,7 @@ class Dispatcher:
 
 def run(spec: RunSpec, index: int) -> None:
     programs = [build_program(spec, m) for m in range(spec.config.num_models)]
-    book = spec.endpoints.address_book()
-    mailbox = Mailbox(book.pop(index), book)
+    mailbox = spec.endpoints.mailbox(index)
     mailbox.send(FRONTEND, Ready(index, os.getpid(), 0.0))
     Dispatcher(programs, mailbox, entry=spec.config.entry_model).run()
     mailbox.close()
