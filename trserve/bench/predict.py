@@ -14,10 +14,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from trserve.bench.client import metric_delta
+
+if TYPE_CHECKING:
+    from trcore.throughput import OptimizeResult
 
 Matrix = Sequence[Sequence[float]]
 Tables = Sequence[Sequence[float]]
@@ -117,15 +121,23 @@ MIN_GAIN = 0.03
 
 def optimize_table(
     P: Matrix, C: Matrix, tables: Tables, concurrencies: Sequence[int], min_gain: float = MIN_GAIN
-) -> dict[int, list[int]]:
-    """The optimizer's B* for every concurrency."""
+) -> dict[int, OptimizeResult]:
+    """The optimizer's result for every concurrency: ``thresholds`` is B* under ``min_gain``, ``candidates``
+    hold every feasible vector's predicted throughput (B = 1 and the unconstrained best among them)."""
     from trcore.throughput import ThroughputModel
 
-    out: dict[int, list[int]] = {}
-    for n in concurrencies:
-        cut = [t[:n] for t in tables]
-        out[n] = list(ThroughputModel(P, C, cut, quantum_s=QUANTUM_S).optimize(n, min_gain=min_gain).thresholds)
-    return out
+    return {
+        n: ThroughputModel(P, C, [t[:n] for t in tables], quantum_s=QUANTUM_S).optimize(n, min_gain=min_gain)
+        for n in concurrencies
+    }
+
+
+def unconstrained_best(result: OptimizeResult) -> tuple[list[int], float]:
+    """The best vector among ``result``'s candidates regardless of ``min_gain``, and its predicted gain over
+    B = 1."""
+    best = max(result.candidates, key=lambda c: c.throughput_tok_s)
+    ones = next(c for c in result.candidates if max(c.thresholds) == 1)
+    return list(best.thresholds), best.throughput_tok_s / ones.throughput_tok_s - 1.0
 
 
 def sim_prediction(

@@ -140,15 +140,13 @@ class BenchRunner:
         pooled = _pool([s for c in b1 for s in c.stats])
         P, C = predict.routing_matrices(pooled)
         tables, source = self._tables(b1, self._model_names("tokenrouter-b1"), profiles=True)
-        optimized = predict.optimize_table(P, C, tables, self.plan.concurrencies, self.plan.min_gain)
-        free = predict.optimize_table(P, C, tables, self.plan.concurrencies, 0.0)
-        ones = [1] * len(P)
-        gain = {
-            n: predict.model_prediction(P, C, tables, n, b) / predict.model_prediction(P, C, tables, n, ones) - 1.0
-            for n, b in free.items()
-        }
+        results = predict.optimize_table(P, C, tables, self.plan.concurrencies, self.plan.min_gain)
+        optimized = {n: list(r.thresholds) for n, r in results.items()}
+        free = {n: predict.unconstrained_best(r) for n, r in results.items()}
         self.display.learned(router, P, C, source, optimized)
-        return RouterState(P, C, tables, source, optimized, free, gain)
+        return RouterState(
+            P, C, tables, source, optimized, {n: b for n, (b, _) in free.items()}, {n: g for n, (_, g) in free.items()}
+        )
 
     def _tables(self, cells: Sequence[Cell], names: list[str], profiles: bool) -> tuple[list[list[float]], str]:
         """Latency tables: the calibration profiles (when ``profiles`` and all exist), else a line through the
