@@ -15,6 +15,7 @@ from trsim.config import PerTokenConfig, SimConfig
 from trsim.driver import Simulation, simulate
 from trsim.latency import latency_model_names, make_latency_model
 from trsim.metrics import SimResult
+from trsim.roofline import RooflineModel  # registers the 'roofline' latency model
 from trsim.routing import RouterConfig
 from trsim.workload import PRESETS, WorkloadConfig, preset
 
@@ -22,6 +23,7 @@ __all__ = [
     "BASELINES",
     "PRESETS",
     "PerTokenConfig",
+    "RooflineModel",
     "RouterConfig",
     "SimConfig",
     "SimResult",

@@ -45,13 +45,20 @@ class _Strict(BaseModel):
 
 class LatencySpec(_Strict):
     """``{model: constant, ms: 6}``, ``{model: table, batch_sizes: [...], ms: [...]}``,
-    ``{model: linear|quadratic, coefficients: {...}}`` (seconds), or ``{profile: file.json, model: optional}``."""
+    ``{model: linear|quadratic, coefficients: {...}}`` (seconds), ``{profile: file.json, model: optional}``, or
+    a roofline: ``{model: roofline, hardware: a100-80g, shape: <name>, tp: 2, dtype: bf16, params: {...}}`` or
+    ``{model: "roofline:a100-80g:<shape>:tp2"}``; with ``profile`` too, its samples refit the roofline's params."""
 
     model: str | None = None
     ms: Positive | list[Positive] | None = None
     batch_sizes: list[Annotated[int, Field(ge=1)]] | None = None
     coefficients: dict[str, float] | None = None
     profile: str | None = None
+    hardware: str | None = None
+    shape: str | None = None
+    tp: int = Field(default=1, ge=1)
+    dtype: str = "bf16"
+    params: dict[str, float] = Field(default_factory=dict)
 
 
 class LengthSpec(_Strict):
@@ -172,6 +179,8 @@ def scenario_config(scenario: Scenario, base_dir: str | Path = ".") -> SimConfig
 
 
 def _latency(spec: LatencySpec, base: Path, where: str) -> LatencyModel:
+    if spec.model is not None and spec.model.split(":")[0] == "roofline":
+        return _roofline(spec, base, where)
     if spec.profile is not None:
         return latency_from_profile(load_profile(base / spec.profile), spec.model)
     name = spec.model or "constant"
@@ -187,6 +196,21 @@ def _latency(spec: LatencySpec, base: Path, where: str) -> LatencyModel:
     if spec.coefficients is None:
         raise ConfigError(f"{where}.coefficients", f"latency model {name!r} needs its coefficients (seconds)")
     return make_latency_model(name, spec.coefficients)
+
+
+def _roofline(spec: LatencySpec, base: Path, where: str) -> LatencyModel:
+    from trsim.roofline import RooflineModel, parse_roofline_spec
+    from trsim.roofline_fit import fit_roofline_to_profiles
+
+    if spec.model and spec.model != "roofline":
+        model = parse_roofline_spec(spec.model, **spec.params)
+    elif spec.hardware is None or spec.shape is None:
+        raise ConfigError(where, "a roofline needs hardware and shape (or model: roofline:<hardware>:<shape>:tp<k>)")
+    else:
+        model = RooflineModel(spec.hardware, spec.shape, spec.tp, spec.dtype, **spec.params)
+    if spec.profile is None:
+        return model
+    return model.with_params(fit_roofline_to_profiles([load_profile(base / spec.profile)], [model]).params)
 
 
 def _policies(specs: Sequence[ModelSpec]) -> tuple[BatchingPolicy, ...]:
