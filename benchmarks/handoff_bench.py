@@ -21,7 +21,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trserve.engine import EngineConfig, StepEngine, StepItem
+from trserve.engine.step_engine import StepEngine
+from trserve.engine.types import EngineConfig, StepItem
 
 OUT = Path(__file__).resolve().parent / "results" / "handoff.json"
 TEXT_TOKENS = (200, 10_000)  # ordinary text-token ids of the SmolLM2 vocabulary
@@ -91,7 +92,7 @@ def bench_handoff(engines: dict[str, StepEngine], lengths: list[int], reps: int,
 
 def plain_steps(engine: StepEngine, prompts: list[list[int]], timing: Timing, num_steps: int = NUM_STEPS) -> None:
     """vLLM's own step with ``prompts`` decoding freely (non-resumable requests), ``num_steps`` times."""
-    from trserve.engine_core import sampling_params
+    from trserve.engine.core_link import sampling_params
 
     link = engine._link
     for k, prompt in enumerate(prompts):
@@ -143,7 +144,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     if not args.model:
-        from trserve.modelprep import prepared_pair
+        from trserve.modelprep.pair import prepared_pair
 
         args.model = str(prepared_pair()[0])
     base = {"max_model_len": 2048, "kv_cache_gib": 0.5, "max_num_seqs": 16, "dtype": "float32"}

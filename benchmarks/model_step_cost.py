@@ -40,8 +40,8 @@ def step_seconds(llm, batch: int, short: int, long: int) -> float:
 
 
 def measure(args: argparse.Namespace) -> dict:
-    from trserve.local_llm import shutdown_local_llm, start_local_llm
-    from trserve.modelprep import prepared_pair
+    from trserve.engine.local_llm import shutdown_local_llm, start_local_llm
+    from trserve.modelprep.pair import prepared_pair
 
     batches = [int(b) for b in args.batches.split(",")]
     dirs = dict(zip(("large", "small"), prepared_pair(), strict=True))

@@ -2,9 +2,9 @@
 
 Both prepared checkpoints read the same sequences (prompt + answer from a ``*_answers.jsonl`` file, as written by
 ``scripts/small_calibration_text.py``); at every position after the first, the two greedy (argmax) tokens are
-compared. Held-out text: answers to ``models/prompts/routing.jsonl``, which the small model's head never saw:
+compared. Held-out text: answers to ``trserve/data/prompts/routing.jsonl``, which the small model's head never saw:
 
-    .venv/bin/python scripts/small_calibration_text.py --prompts models/prompts/routing.jsonl \\
+    .venv/bin/python scripts/small_calibration_text.py --prompts trserve/data/prompts/routing.jsonl \\
         --out /tmp/routing_answers.jsonl --max-tokens 96
     .venv/bin/python benchmarks/small_agreement.py --answers /tmp/routing_answers.jsonl
 
@@ -20,6 +20,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from trserve.paths import PROMPTS_DIR  # noqa: E402
 
 
 def agreement(large, small, sequences: list[list[int]]) -> tuple[int, int]:
@@ -39,16 +41,16 @@ def agreement(large, small, sequences: list[list[int]]) -> tuple[int, int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--answers", type=Path, default=REPO / "models" / "prompts" / "small_calibration_answers.jsonl")
+    ap.add_argument("--answers", type=Path, default=PROMPTS_DIR / "small_calibration_answers.jsonl")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "small_agreement.json")
     args = ap.parse_args()
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trserve import manifest
-    from trserve.headfit import calibration_sequences
-    from trserve.modelprep import prepared_pair
+    from trserve.modelprep import manifest
+    from trserve.modelprep.headfit import calibration_sequences
+    from trserve.modelprep.pair import prepared_pair
 
     large_dir, small_dir = prepared_pair()
     tokenizer = AutoTokenizer.from_pretrained(large_dir)

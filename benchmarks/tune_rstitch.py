@@ -27,7 +27,7 @@ def generate(engines, programs, prompts: list[list[int]], max_tokens: int, tag: 
     """Run rstitch over ``prompts`` (batched per model); returns the fraction of output tokens the large model
     wrote."""
     from trcore.step import StepResult
-    from trserve.engine import StepItem
+    from trserve.engine.types import StepItem
 
     seqs = [list(p) for p in prompts]
     fed = [[0, 0] for _ in prompts]
@@ -65,8 +65,9 @@ def main() -> None:
 
     from trcore.programs.rstitch import RStitchProgram
     from trserve.bench.client import PROMPTS
-    from trserve.engine import EngineConfig, StepEngine
-    from trserve.modelprep import prepared_pair
+    from trserve.engine.step_engine import StepEngine
+    from trserve.engine.types import EngineConfig
+    from trserve.modelprep.pair import prepared_pair
 
     large_dir, small_dir = prepared_pair()
     tokenizer = AutoTokenizer.from_pretrained(str(large_dir))

@@ -1,8 +1,8 @@
 """Write the text the small model's output head is fitted on: the large model's greedy answers to shipped prompts.
 
-Reads ``models/prompts/small_calibration.jsonl`` (``{"id", "prompt", "chat"}``; chat prompts, the default, go
+Reads ``trserve/data/prompts/small_calibration.jsonl`` (``{"id", "prompt", "chat"}``; chat prompts, the default, go
 through the chat template), generates greedy answers with the prepared large model in vLLM (float32, CPU), and writes
-``models/prompts/small_calibration_answers.jsonl`` (``{"id", "prompt", "chat", "answer"}``). The answers are
+``trserve/data/prompts/small_calibration_answers.jsonl`` (``{"id", "prompt", "chat", "answer"}``). The answers are
 committed, so ``tokenrouter models prepare`` needs only teacher-forced forward passes, not generation.
 
     .venv/bin/python scripts/small_calibration_text.py [--prompts P] [--out O] [--max-tokens 128]
@@ -18,18 +18,20 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from trserve.paths import PROMPTS_DIR  # noqa: E402
+
 
 def prompt_ids(tokenizer, prompt: str, chat: bool) -> list[int]:
-    """Token ids of a prompt as ``trserve.modelbuild`` feeds it when fitting."""
-    from trserve.modelbuild import calibration_prompt_ids
+    """Token ids of a prompt as ``trserve.modelprep.headfit`` feeds it when fitting."""
+    from trserve.modelprep.headfit import calibration_prompt_ids
 
     return calibration_prompt_ids(tokenizer, prompt, chat)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--prompts", type=Path, default=REPO / "models" / "prompts" / "small_calibration.jsonl")
-    ap.add_argument("--out", type=Path, default=REPO / "models" / "prompts" / "small_calibration_answers.jsonl")
+    ap.add_argument("--prompts", type=Path, default=PROMPTS_DIR / "small_calibration.jsonl")
+    ap.add_argument("--out", type=Path, default=PROMPTS_DIR / "small_calibration_answers.jsonl")
     ap.add_argument("--max-tokens", type=int, default=128)
     args = ap.parse_args()
 
@@ -37,8 +39,8 @@ def main() -> None:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from trserve.local_llm import shutdown_local_llm, start_local_llm
-    from trserve.modelprep import prepared_pair
+    from trserve.engine.local_llm import shutdown_local_llm, start_local_llm
+    from trserve.modelprep.pair import prepared_pair
 
     large, _small = prepared_pair()
     tokenizer = AutoTokenizer.from_pretrained(large)

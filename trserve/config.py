@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from trcore.errors import ConfigError
 
 Mode = Literal["routed", "lockstep", "per-token"]
-#: ``hash`` is a deterministic stand-in engine for tests of the serving machinery (see trserve.hash_engine).
+#: ``hash`` is a deterministic stand-in engine for tests of the serving machinery (see trserve.engine.hash).
 Backend = Literal["vllm", "hash"]
 Handoff = Literal["session", "readmit"]
 

@@ -1,4 +1,4 @@
-"""The committed trained routers (models/routers/): loadable by the serving code, servable from vLLM signals,
+"""The committed trained routers (trcore/programs/routers/): loadable by the serving code, servable from vLLM signals,
 and documented by their metrics file (threshold, precision/recall, the command that made them)."""
 
 import json

@@ -19,14 +19,15 @@ PROMPT_TEXTS = (
 def model_dirs() -> tuple[str, str]:
     """(large, small) checkpoint directories of the local pair (``tokenrouter models prepare`` builds them if
     missing; the same function backs the ``prepared_pair`` fixture)."""
-    from trserve.modelprep import prepared_pair
+    from trserve.modelprep.pair import prepared_pair
 
     large, small = prepared_pair()
     return str(large), str(small)
 
 
 def start_engine(model_dir: str, **overrides: object):
-    from trserve.engine import EngineConfig, StepEngine
+    from trserve.engine.step_engine import StepEngine
+    from trserve.engine.types import EngineConfig
 
     return StepEngine(EngineConfig(model_dir, **{**TEST_ENGINE, **overrides}))  # type: ignore[arg-type]
 

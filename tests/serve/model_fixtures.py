@@ -5,7 +5,7 @@
   later sessions ~1 s).
 * ``local_llm``: ``local_llm("large")`` / ``local_llm("small")`` -> a started in-process ``vllm.LLM`` (float32,
   block 32, 256 MiB KV, max_model_len 512), one per model per session, shut down at session end. In-process
-  engines are what make vLLM reliable under pytest here: see ``trserve.local_llm``.
+  engines are what make vLLM reliable under pytest here: see ``trserve.engine.local_llm``.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import pytest
 
 @pytest.fixture(scope="session")
 def prepared_pair() -> tuple[Path, Path]:
-    from trserve.modelprep import prepare_pair
+    from trserve.modelprep.pair import prepare_pair
 
-    # Unlike trserve.modelprep.prepared_pair, rebuild a model made from an older recipe: tests check this code's.
+    # Unlike trserve.modelprep.pair.prepared_pair, rebuild a model made from an older recipe: tests check this code's.
     result = prepare_pair(verify=False, report=lambda _msg: None)
     return result.large, result.small
 
@@ -29,7 +29,7 @@ def prepared_pair() -> tuple[Path, Path]:
 @pytest.fixture(scope="session")
 def local_llm(prepared_pair: tuple[Path, Path]) -> Iterator[Callable[[str], Any]]:
     pytest.importorskip("vllm")
-    from trserve.local_llm import shutdown_local_llm, start_local_llm
+    from trserve.engine.local_llm import shutdown_local_llm, start_local_llm
 
     dirs = dict(zip(("large", "small"), prepared_pair, strict=True))
     engines: dict[str, Any] = {}

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.serve.engine_support import model_dirs
-from trserve.server_process import ServerProcess
+from trserve.server.process import ServerProcess
 
 API_KEY = "test-key"
 MODEL = "tokenrouter"

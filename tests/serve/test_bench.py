@@ -14,7 +14,7 @@ from trserve.bench.client import RequestRecord, summarize
 from trserve.bench.predict import StepStats, fit_line, model_prediction, routing_matrices, sim_prediction
 from trserve.bench.systems import SYSTEMS, system_config
 from trserve.config import ServeConfig
-from trserve.defaults import DEFAULT_CONFIG
+from trserve.server.defaults import DEFAULT_CONFIG
 
 TABLE = {1: [1, 1], 4: [2, 1]}
 

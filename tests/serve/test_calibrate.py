@@ -56,7 +56,7 @@ def test_a_model_that_is_not_prepared_is_a_one_line_error(tmp_path):
 @pytest.mark.serve
 def test_tiny_grid_on_the_small_model_writes_a_profile_that_predicts_its_samples(tmp_path, prepared_pair):
     from trserve.config import load_config
-    from trserve.placement import place_models
+    from trserve.runtime.placement import place_models
 
     config = write_config(tmp_path, *map(str, prepared_pair))
     out = tmp_path / "profiles"

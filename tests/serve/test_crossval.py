@@ -119,9 +119,10 @@ def _auto_config(tmp_path, traces_path, concurrency=4, min_gain=0.0, **router):
     return ServeConfig.model_validate({**data, **router})
 
 
-def test_auto_thresholds_come_from_profiles_and_traces_via_the_optimizer(tmp_path, capsys):
+def test_auto_thresholds_come_from_profiles_and_traces_via_the_optimizer(tmp_path):
     from trcore.throughput import ThroughputModel, feasible_thresholds
-    from trserve.thresholds import hardware_tag, profile_latency, resolve_thresholds
+    from trserve.hardware import hardware_tag
+    from trserve.server.thresholds import profile_latency, resolve_thresholds
     from trsim.profile import load_profile
 
     _write_profiles(tmp_path / hardware_tag(), ["small", "large"])
@@ -130,7 +131,8 @@ def test_auto_thresholds_come_from_profiles_and_traces_via_the_optimizer(tmp_pat
     traces = tmp_path / "traces.jsonl"
     traces.write_text("".join(json.dumps({"request_id": f"r{k}", "steps": steps}) + "\n" for k in range(8)))
     cfg = _auto_config(tmp_path, str(traces))
-    chosen = resolve_thresholds(cfg)
+    reported: list[str] = []
+    chosen = resolve_thresholds(cfg, report=reported.append)
 
     # The same optimum by solving every feasible vector one by one (another path through the model), with the
     # P, C the traces imply: the last step of each request returns to the entry model (closed loop).
@@ -140,13 +142,14 @@ def test_auto_thresholds_come_from_profiles_and_traces_via_the_optimizer(tmp_pat
     model = ThroughputModel(P, C, tables, quantum_s=0.1 * min(map(min, tables)), max_batch=[4, 4])
     best = max(feasible_thresholds([4, 4], 4), key=lambda b: model.solve(4, b).throughput_tok_s)
     assert chosen == list(best)
-    err = capsys.readouterr().err
+    err = " ".join(reported)
     assert f"thresholds auto: {chosen}" in err and "traces.jsonl" in err and "[0.667, 0.333]" in err
 
 
 def test_auto_thresholds_use_the_router_matrices_without_traces_and_name_missing_inputs(tmp_path):
     from trcore.errors import ConfigError
-    from trserve.thresholds import hardware_tag, resolve_thresholds
+    from trserve.hardware import hardware_tag
+    from trserve.server.thresholds import resolve_thresholds
 
     _write_profiles(tmp_path / hardware_tag(), ["small", "large"])
     markov = {"router": {"program": "markov", "params": {"P": [[0.5, 0.5], [1, 0]], "C": [[1, 0], [1, 0]]}}}

@@ -1,4 +1,4 @@
-"""The hazard of DESIGN.md section 5, pinned down: a streaming session leaking into later fresh requests.
+"""The session hazard of docs/vllm-notes.md, pinned down: a streaming session leaking into later fresh requests.
 
 Cause (docs/vllm-notes.md): vLLM 0.32's ``Scheduler._update_request_as_session`` extends the session's
 ``Request.prompt_token_ids`` in place, and ``Request`` keeps the list object it was given. In-process, that is the
@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.serve.engine_support import greedy_next, hf_model, model_dirs, sample_prompts, start_engine
-from trserve.engine import StepItem
+from trserve.engine.types import StepItem
 
 pytestmark = pytest.mark.serve
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.serve.engine_support import model_dirs, sample_prompts, start_engine
-from trserve.engine import EngineStepError, StepItem
+from trserve.engine.types import EngineStepError, StepItem
 
 pytestmark = pytest.mark.serve
 

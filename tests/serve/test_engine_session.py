@@ -14,7 +14,7 @@ import torch
 from tests.factories import ScriptedProgram, make_subserver
 from tests.serve.engine_support import greedy_next, hf_model, model_dirs, sample_prompts, start_engine
 from trcore import CLIENT, RequestSpec, StepResult, new_request_message
-from trserve.engine import StepItem
+from trserve.engine.types import StepItem
 
 pytestmark = pytest.mark.serve
 

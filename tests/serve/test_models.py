@@ -10,7 +10,9 @@ from typer.testing import CliRunner
 
 from tokenrouter.commands.models import app
 from trcore.errors import ConfigError
-from trserve import manifest, modelbuild, modelprep
+from trserve.modelprep import build as modelbuild
+from trserve.modelprep import manifest
+from trserve.modelprep import pair as modelprep
 
 PROMPTS = ["The capital of France is", "def add(a, b):\n    return", "Water boils at a temperature of"]
 

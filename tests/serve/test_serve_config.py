@@ -5,11 +5,11 @@ from pydantic import ValidationError
 
 from trcore.errors import ConfigError
 from trserve.config import ServeConfig, dump_config, load_config
-from trserve.defaults import default_config
-from trserve.placement import merge, place_models
-from trserve.runspec import RunSpec, resolve_model_path
-from trserve.thresholds import load_profile, resolve_thresholds
-from trserve.transport import Endpoints
+from trserve.runtime.placement import merge, place_models
+from trserve.runtime.runspec import RunSpec, resolve_model_path
+from trserve.runtime.transport import Endpoints
+from trserve.server.defaults import default_config
+from trserve.server.thresholds import load_profile, resolve_thresholds
 
 TWO = [{"name": "small", "path": "/x"}, {"name": "large", "path": "/y"}]
 
@@ -120,7 +120,7 @@ def test_run_spec_round_trip_and_policy(tmp_path):
     ],
 )
 def test_engines_compute_only_the_signals_their_routing_program_reads(tmp_path, router, small, large):
-    from trserve.subserver_proc import all_signals, routing_signals
+    from trserve.runtime.worker import all_signals, routing_signals
 
     cfg = make(router=router)
     placements = tuple(place_models(list(cfg.models), cpus=[0, 1]))
@@ -138,7 +138,7 @@ def test_shipped_default_yaml_is_the_embedded_default():
 
 
 def test_api_key_from_config_or_environment(monkeypatch):
-    from trserve.server import api_key_of
+    from trserve.server.serve import api_key_of
 
     monkeypatch.delenv("TOKENROUTER_API_KEY", raising=False)
     assert api_key_of(make()) is None

@@ -4,13 +4,13 @@ import random
 import time
 
 from trcore import CLIENT, BatchingPolicy, PeerReq, RequestSpec, Subserver
-from trserve.generation import Generation
-from trserve.hash_engine import HashEngine, hash_next
-from trserve.loop import SubserverLoop
-from trserve.messages import Abort, Probe, State, StepReport
-from trserve.schedule_program import ScheduleProgram, random_decision
-from trserve.subserver_proc import HashStepItem
-from trserve.transport import FRONTEND, ActiveCounter, Endpoints, Mailbox
+from trcore.programs.schedule import ScheduleProgram, random_decision
+from trserve.engine.hash import HashEngine, hash_next
+from trserve.frontend.generation import Generation
+from trserve.runtime.loop import SubserverLoop
+from trserve.runtime.messages import Abort, Probe, State, StepReport
+from trserve.runtime.transport import FRONTEND, ActiveCounter, Endpoints, Mailbox
+from trserve.runtime.worker import HashStepItem
 
 
 def reference(prompt, rid, schedule, prob, max_tokens, seed=0):

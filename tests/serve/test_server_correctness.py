@@ -12,8 +12,8 @@ import torch
 
 from tests.serve.engine_support import greedy_next, hf_model, sample_prompts
 from tests.serve.server_fixtures import MODEL, Served
-from trserve.hash_engine import hash_next
-from trserve.schedule_program import random_decision
+from trcore.programs.schedule import random_decision
+from trserve.engine.hash import hash_next
 
 pytestmark = pytest.mark.serve
 

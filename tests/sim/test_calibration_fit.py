@@ -9,17 +9,17 @@ import random
 import pytest
 
 from trcore.errors import ConfigError
-from trserve.calibrate_plan import (
+from trserve.calibrate.plan import (
     CalibrationGrid,
     RetryPolicy,
     check_grid_for_model,
     default_batch_sizes,
     handoff_context,
-    hardware_tag,
     make_plan,
     recomputed_tokens,
 )
-from trserve.calibrate_profile import build_profile, cell_summaries, fit_models, handoff_summary, spread_summary
+from trserve.calibrate.profile import build_profile, cell_summaries, fit_models, handoff_summary, spread_summary
+from trserve.hardware import tag_for
 from trsim.fit import LatencySample, mape
 from trsim.latency import QuadraticModel
 from trsim.profile import latency_from_profile, load_profile, save_profile
@@ -193,7 +193,7 @@ def test_grid_values_no_step_of_the_model_can_have_are_rejected():
 
 
 def test_hardware_tag():
-    assert hardware_tag("NVIDIA H200") == "h200" and hardware_tag(None).startswith("cpu-")
+    assert tag_for("NVIDIA H200") == "h200" and tag_for(None).startswith("cpu-")
 
 
 def test_steps_that_waited_for_a_core_are_retried_within_the_limits():

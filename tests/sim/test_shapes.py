@@ -1,11 +1,11 @@
-"""Shape-only configs under models/shapes: the published parameter counts, and transformers builds them."""
+"""Shape-only configs under trsim/data/shapes: the published parameter counts, and transformers builds them."""
 
 import json
 
 import pytest
 
 from trcore.errors import ConfigError
-from trserve.shapes import SHAPES_DIR, load_shape, parameter_count, shape_model_dir, shape_names
+from trsim.shapes import SHAPES_DIR, load_shape, parameter_count, shape_model_dir, shape_names
 
 # (total, non-embedding) parameters as the model cards state them ("Number of Parameters"). The R1 distills keep
 # their base models' shapes: 1.5B = Qwen2.5-Math-1.5B with an untied head (hub: 1.78B; non-embedding as

@@ -53,7 +53,7 @@ def bench(
     from trserve.bench.runner import BenchPlan, BenchRunner
     from trserve.bench.systems import check_names
     from trserve.config import ServeConfig, load_config
-    from trserve.defaults import default_config
+    from trserve.server.defaults import default_config
 
     sys_names, router_names = _names(systems), _names(routers)
     check_names(sys_names, router_names)

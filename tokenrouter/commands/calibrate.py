@@ -35,9 +35,9 @@ def calibrate(
     """Profile step latency (batch x context), prefill/extend and hand-off cost per model; fit and write profiles."""
     from tokenrouter import options as opt
     from tokenrouter.commands.serve import _load
-    from trserve.calibrate import CalibrationError, check_request
-    from trserve.calibrate import calibrate as run
-    from trserve.calibrate_plan import grid_from_options
+    from trserve.calibrate.command import CalibrationError, check_request
+    from trserve.calibrate.command import calibrate as run
+    from trserve.calibrate.plan import grid_from_options
 
     chosen = {
         "batch_sizes": _ints(opt, batch_sizes, "--batch-sizes"),

@@ -42,10 +42,10 @@ def crossval(
     from tokenrouter import options as opt
     from tokenrouter.commands.serve import _load
     from trcore.errors import ConfigError
-    from trserve.calibrate_plan import hardware_tag
     from trserve.crossval.plan import RouterChoice, make_plan
     from trserve.crossval.predict import load_calibration
     from trserve.crossval.run import run_crossval, write_outputs
+    from trserve.hardware import hardware_tag
 
     cfg = _load(config, None, None)
     choices = [

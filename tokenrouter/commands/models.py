@@ -10,7 +10,7 @@ from tokenrouter.errors import cli_errors
 
 app = typer.Typer(no_args_is_help=True)
 
-DEFAULT_SMALL_LAYERS = 10  # keep equal to trserve.modelprep.DEFAULT_SMALL_LAYERS (not imported: keeps --help fast)
+DEFAULT_SMALL_LAYERS = 10  # keep equal to trserve.modelprep.pair.DEFAULT_SMALL_LAYERS (not imported: keeps --help fast)
 
 
 @app.callback()
@@ -35,7 +35,7 @@ def prepare(
     force: bool = typer.Option(False, "--force", help="Rebuild both models even when they are up to date."),
 ) -> None:
     """Build the large (SmolLM2-135M-Instruct, dequantized) and small (layer cut) checkpoints, once."""
-    from trserve.modelprep import prepare_pair
+    from trserve.modelprep.pair import prepare_pair
 
     result = prepare_pair(data_dir, small_layers=small_layers, small_head=small_head, force=force, report=typer.echo)
     if all(action == "up to date" for action in result.actions.values()):

@@ -18,8 +18,8 @@ REPO = Path(__file__).resolve().parents[2]
 def train_routers(
     small: Path | None = typer.Option(None, help="Small-model checkpoint (default: the prepared pair)."),
     large: Path | None = typer.Option(None, help="Large-model checkpoint (default: the prepared pair)."),
-    prompts: Path = typer.Option(REPO / "models" / "prompts" / "routing.jsonl", help="JSONL prompts."),
-    out_dir: Path = typer.Option(REPO / "models" / "routers", help="Where weights and metrics go."),
+    prompts: Path = typer.Option(REPO / "trserve" / "data" / "prompts" / "routing.jsonl", help="JSONL prompts."),
+    out_dir: Path = typer.Option(REPO / "trcore" / "programs" / "routers", help="Where weights and metrics go."),
     max_new_tokens: int = typer.Option(96, min=1, help="Greedy answer length per prompt."),
     top_k: int = typer.Option(10, min=2, max=20, help="Top-k logprobs the routers read (vLLM must return them)."),
     threads: int = typer.Option(1, min=1, help="torch CPU threads."),
@@ -28,11 +28,8 @@ def train_routers(
     no_cache: bool = typer.Option(False, help="Regenerate the labelled data even if cached."),
 ) -> None:
     """Generate labelled data with the model pair, train both routers, write weights + metrics."""
-    import torch
+    from trserve.routers.training import FitConfig, run_training
 
-    from trserve.router_training import FitConfig, run_training
-
-    torch.set_num_threads(threads)
     small_dir, large_dir = _pair_dirs(small, large)
     if not prompts.is_file():
         raise FileNotFoundError(2, "No such file", str(prompts))
@@ -49,19 +46,20 @@ def train_routers(
         top_k,
         command.strip(),
         FitConfig(route_rate=route_rate, seed=seed),
+        threads=threads,
     )
     print(json.dumps(summary, indent=2))
 
 
 def _cache_dir() -> Path:
-    from trserve.modelprep import default_data_dir
+    from trserve.paths import data_root
 
-    return default_data_dir() / "router_data"
+    return data_root() / "router_data"
 
 
 def _pair_dirs(small: Path | None, large: Path | None) -> tuple[Path, Path]:
     from trcore.errors import ConfigError
-    from trserve.modelprep import model_dir
+    from trserve.modelprep.pair import model_dir
 
     small = small if small is not None else model_dir("small")
     large = large if large is not None else model_dir("large")

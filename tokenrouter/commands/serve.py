@@ -11,7 +11,7 @@ from tokenrouter.errors import cli_errors
 
 def _load(config: Path | None, host: str | None, port: int | None):  # type: ignore[no-untyped-def]
     from trserve.config import ServeConfig, load_config
-    from trserve.defaults import default_config
+    from trserve.server.defaults import default_config
 
     cfg: ServeConfig = load_config(config) if config is not None else default_config()
     overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
@@ -33,14 +33,14 @@ def serve(
     import logging
 
     from trserve.config import dump_config
-    from trserve.server import serve as run_server
+    from trserve.server.serve import serve as run_server
 
     cfg = _load(config, host, port)
     if print_config:
         typer.echo(dump_config(cfg), nl=False)
         return
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    status = asyncio.run(run_server(cfg))
+    status = asyncio.run(run_server(cfg, report=lambda line: typer.echo(f"tokenrouter: {line}", err=True)))
     if status:
         raise typer.Exit(status)
 
@@ -54,11 +54,18 @@ def demo(
     max_tokens: int = typer.Option(32, min=1, help="Output tokens per request."),
 ) -> None:
     """Start the server, run a short routed workload against it, print throughput and a sample answer, stop."""
-    from trserve.demo import run_demo
-    from trserve.server_process import free_port
+    from trserve.server.demo import run_demo
+    from trserve.server.process import free_port
 
     cfg = _load(config, "127.0.0.1", port or free_port())
-    status = run_demo(cfg, config, num_requests=num_requests, concurrency=concurrency, max_tokens=max_tokens)
+    status = run_demo(
+        cfg,
+        config,
+        lambda line: typer.echo(line, err=line.startswith("error:")),
+        num_requests=num_requests,
+        concurrency=concurrency,
+        max_tokens=max_tokens,
+    )
     if status:
         raise typer.Exit(status)
 

@@ -15,8 +15,8 @@ from trcore.step import Routing, StepResult
 #: Model indices by convention: 0 is the small model (SLM), 1 the large one (LLM).
 SMALL, LARGE = 0, 1
 
-#: Where trained routers are committed (``models/routers/`` at the repository root).
-ROUTERS_DIR = Path(__file__).resolve().parents[2] / "models" / "routers"
+#: Where trained routers are committed (``trcore/programs/routers/``, shipped as package data).
+ROUTERS_DIR = Path(__file__).resolve().parent / "routers"
 
 RouterSpec = MLPRouter | str | os.PathLike[str] | None
 
@@ -28,7 +28,7 @@ def require_pair(program: str, num_models: int) -> None:
 
 
 def resolve_router(router: RouterSpec, default_name: str) -> MLPRouter:
-    """A router object as given, loaded from a path, or (None) the committed ``models/routers/<name>.npz``."""
+    """A router object as given, loaded from a path, or (None) the committed ``trcore/programs/routers/<name>.npz``."""
     if isinstance(router, MLPRouter):
         return router
     path = ROUTERS_DIR / f"{default_name}.npz" if router is None else Path(router)

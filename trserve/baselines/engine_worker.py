@@ -12,13 +12,13 @@ import sys
 import time
 from typing import Any
 
-from trserve.loop import rss_bytes
-from trserve.messages import Abort, Probe, Ready, Release, Rewire, Shutdown, State, StepCall, StepReply
-from trserve.runspec import RunSpec
-from trserve.subserver_proc import start_engine, worker_main
-from trserve.transport import FRONTEND
+from trserve.runtime.loop import rss_bytes
+from trserve.runtime.messages import Abort, Probe, Ready, Release, Rewire, Shutdown, State, StepCall, StepReply
+from trserve.runtime.runspec import RunSpec
+from trserve.runtime.transport import FRONTEND
+from trserve.runtime.worker import start_engine, worker_main
 
-log = logging.getLogger("trserve.engine_worker")
+log = logging.getLogger(__name__)
 DRIVER = 0
 
 

@@ -18,8 +18,8 @@ from collections import deque
 from typing import Any
 
 from trcore import CLIENT, Batch, BatchingPolicy, PeerReq, StepResult, Subserver
-from trserve.loop import committed_tokens, finished_message, rss_bytes, unseen_tokens
-from trserve.messages import (
+from trserve.runtime.loop import committed_tokens, finished_message, rss_bytes, unseen_tokens
+from trserve.runtime.messages import (
     Abort,
     Failed,
     Probe,
@@ -32,11 +32,11 @@ from trserve.messages import (
     StepReply,
     StepReport,
 )  # fmt: skip
-from trserve.runspec import RunSpec
-from trserve.subserver_proc import build_program, worker_main
-from trserve.transport import FRONTEND
+from trserve.runtime.runspec import RunSpec
+from trserve.runtime.transport import FRONTEND
+from trserve.runtime.worker import build_program, worker_main
 
-log = logging.getLogger("trserve.lockstep")
+log = logging.getLogger(__name__)
 
 
 def engine_proc(model: int) -> int:

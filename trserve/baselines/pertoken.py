@@ -13,14 +13,16 @@ import sys
 import time
 from typing import Any
 
-from trserve.hash_engine import hash_next
-from trserve.loop import rss_bytes
-from trserve.messages import Abort, OneToken, Probe, Ready, Rewire, Shutdown, State, TokenReply
-from trserve.runspec import RunSpec
-from trserve.subserver_proc import engine_config, worker_main
-from trserve.transport import FRONTEND
+from trserve.engine.core_link import CoreLink, sampling_params, start_core
+from trserve.engine.hash import hash_next
+from trserve.engine.signals import EntropySink, top_logprobs_of
+from trserve.runtime.loop import rss_bytes
+from trserve.runtime.messages import Abort, OneToken, Probe, Ready, Rewire, Shutdown, State, TokenReply
+from trserve.runtime.runspec import RunSpec
+from trserve.runtime.transport import FRONTEND
+from trserve.runtime.worker import engine_config, worker_main
 
-log = logging.getLogger("trserve.pertoken")
+log = logging.getLogger(__name__)
 DISPATCHER = 0
 
 
@@ -28,8 +30,6 @@ class PlainEngine:
     """A free-running vLLM engine core fed one-token requests (in this process, like ``StepEngine``)."""
 
     def __init__(self, spec: RunSpec, model: int) -> None:
-        from trserve.engine_core import CoreLink, start_core
-        from trserve.signals import EntropySink
 
         self.config = engine_config(spec, model, handoff="readmit", enable_prefix_caching=True)
         self.sink = EntropySink()
@@ -40,7 +40,6 @@ class PlainEngine:
             self.poll()
 
     def add(self, msg: OneToken) -> None:
-        from trserve.engine_core import sampling_params
 
         engine_id = f"{msg.request_id}#{msg.seq_no}"
         params = sampling_params(msg.sampling, self.config.top_logprobs, engine_id, seed_offset=len(msg.token_ids))
@@ -55,7 +54,6 @@ class PlainEngine:
 
     def poll(self) -> list[TokenReply]:
         """One engine iteration; the tokens it finished."""
-        from trserve.signals import top_logprobs_of
 
         outputs, _ = self.link.step()
         entropies = self.sink.take()

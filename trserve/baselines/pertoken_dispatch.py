@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trcore import CLIENT, Batch, BatchingPolicy, PeerReq, RoutingProgram, StepResult, Subserver
-from trserve.loop import committed_tokens, finished_message, rss_bytes
-from trserve.messages import Abort, OneToken, Probe, Ready, Rewire, Shutdown, State, StepReport, TokenReply
-from trserve.runspec import RunSpec
-from trserve.subserver_proc import build_program, worker_main
-from trserve.transport import FRONTEND
+from trserve.runtime.loop import committed_tokens, finished_message, rss_bytes
+from trserve.runtime.messages import Abort, OneToken, Probe, Ready, Rewire, Shutdown, State, StepReport, TokenReply
+from trserve.runtime.runspec import RunSpec
+from trserve.runtime.transport import FRONTEND
+from trserve.runtime.worker import build_program, worker_main
 
-log = logging.getLogger("trserve.pertoken")
+log = logging.getLogger(__name__)
 ONE_AT_A_TIME = BatchingPolicy(threshold=1, max_batch=1)
 
 

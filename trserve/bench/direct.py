@@ -1,6 +1,6 @@
 """The overhead reference: the plain vLLM engine driven directly (``LLMEngine.step`` in a closed loop, vLLM's own
 continuous batching, no TokenRouter scheduler, IPC or HTTP), on the same checkpoint, settings and cores as the
-``llm-only`` system. Run as ``python -m trserve.bench.direct ARGS_JSON``; prints one JSON line.
+``llm-only`` system. Run as ``python -m trserve.bench.direct ARGS_JSON``; writes its result to a JSON file.
 """
 
 from __future__ import annotations
@@ -8,8 +8,17 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
+
+from trserve.bench.client import PROMPTS
+from trserve.config import ModelConfig
+from trserve.engine.tokenizer import Tokenizer
+from trserve.entrypoints import worker_command
+from trserve.runtime.placement import place_models
+from trserve.runtime.runspec import resolve_model_path
 
 
 def run_direct(args: dict[str, Any]) -> dict[str, float]:
@@ -69,8 +78,10 @@ def run_direct(args: dict[str, Any]) -> dict[str, float]:
 
 
 def main() -> None:
+    """``python -m trserve.bench.direct ARGS_JSON``: runs :func:`run_direct`, writes its result to
+    ``args["result_path"]``."""
     args = json.loads(sys.argv[1])
-    print("RESULT " + json.dumps(run_direct(args)), flush=True)
+    Path(args["result_path"]).write_text(json.dumps(run_direct(args)))
 
 
 if __name__ == "__main__":
@@ -80,12 +91,6 @@ if __name__ == "__main__":
 def run_direct_process(plan: Any, concurrency: int) -> dict[str, Any]:
     """Run :func:`run_direct` in a fresh process placed like the ``llm-only`` server (its model, its cores)."""
     import subprocess
-
-    from trserve.bench.client import PROMPTS
-    from trserve.config import ModelConfig
-    from trserve.placement import place_models
-    from trserve.runspec import resolve_model_path
-    from trserve.text import Tokenizer
 
     model = ModelConfig.model_validate(plan.base["models"][-1])
     path = resolve_model_path(model.path)
@@ -98,13 +103,14 @@ def run_direct_process(plan: Any, concurrency: int) -> dict[str, Any]:
             "prompts": [tokenizer.encode(p) for p in PROMPTS]}  # fmt: skip
     env = {**os.environ, **placement.environment(), "PYTHONUNBUFFERED": "1"}
     cpus = set(placement.cpus)
-    proc = subprocess.run(
-        [sys.executable, "-m", "trserve.bench.direct", json.dumps(args)],
-        capture_output=True, text=True, env=env, timeout=900,
-        preexec_fn=lambda: os.sched_setaffinity(0, cpus),
-    )  # fmt: skip
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            result: dict[str, Any] = json.loads(line[7:])
+    with tempfile.TemporaryDirectory(prefix="tokenrouter-direct-") as tmp:
+        args["result_path"] = result_path = str(Path(tmp) / "result.json")
+        proc = subprocess.run(
+            worker_command("bench-direct", json.dumps(args)),
+            capture_output=True, text=True, env=env, timeout=900,
+            preexec_fn=lambda: os.sched_setaffinity(0, cpus),
+        )  # fmt: skip
+        if proc.returncode == 0 and Path(result_path).is_file():
+            result: dict[str, Any] = json.loads(Path(result_path).read_text())
             return result
     raise RuntimeError(f"direct vLLM run failed (status {proc.returncode}):\n{proc.stderr[-2000:]}")

@@ -14,14 +14,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from trcore.throughput import OptimizeResult, ThroughputModel
 from trserve.bench.client import metric_delta
-
-if TYPE_CHECKING:
-    from trcore.throughput import OptimizeResult
+from trsim.baselines import apply_baseline
+from trsim.build import markov_config
+from trsim.driver import simulate
+from trsim.latency import TableModel
+from trsim.profile import latency_from_profile, load_profile
 
 Matrix = Sequence[Sequence[float]]
 Tables = Sequence[Sequence[float]]
@@ -91,7 +93,6 @@ def profile_table(model_name: str, tag: str, max_batch: int, extend: float = 0.0
     """Step latency by batch size (index b - 1) from this machine's calibration profile of ``model_name``, read
     at the bench's context length with ``extend`` tokens per request fed beyond the decode token (re-admission
     recomputes the partial last KV block: on average half a block); None when no profile is committed."""
-    from trsim.profile import latency_from_profile, load_profile
 
     for base in (REPO / "calibration" / "profiles" / tag, REPO / "calibration" / tag):
         path = base / f"{model_name}.json"
@@ -108,7 +109,6 @@ def line_table(line: tuple[float, float], max_batch: int) -> list[float]:
 
 def model_prediction(P: Matrix, C: Matrix, tables: Tables, concurrency: int, thresholds: Sequence[int]) -> float:
     """Throughput (tok/s) the Markov-chain model gives ``thresholds`` at ``concurrency``."""
-    from trcore.throughput import ThroughputModel
 
     cut = [t[:concurrency] for t in tables]
     return float(ThroughputModel(P, C, cut, quantum_s=QUANTUM_S).solve(concurrency, list(thresholds)).throughput_tok_s)
@@ -124,7 +124,6 @@ def optimize_table(
 ) -> dict[int, OptimizeResult]:
     """The optimizer's result for every concurrency: ``thresholds`` is B* under ``min_gain``, ``candidates``
     hold every feasible vector's predicted throughput (B = 1 and the unconstrained best among them)."""
-    from trcore.throughput import ThroughputModel
 
     return {
         n: ThroughputModel(P, C, [t[:n] for t in tables], quantum_s=QUANTUM_S).optimize(n, min_gain=min_gain)
@@ -144,10 +143,6 @@ def sim_prediction(
     P: Matrix, C: Matrix, tables: Tables, concurrency: int, thresholds: Sequence[int], baseline: str, tokens: int
 ) -> float:
     """Throughput (tok/s) of the SimPy simulator for ``baseline`` (a ``trsim.baselines`` name)."""
-    from trsim.baselines import apply_baseline
-    from trsim.build import markov_config
-    from trsim.driver import simulate
-    from trsim.latency import TableModel
 
     latency = [TableModel(list(range(1, len(t) + 1)), list(t)) for t in tables]
     config = markov_config(P, C, latency, thresholds, concurrency=concurrency, workload="endless", seed=0)

@@ -20,8 +20,11 @@ import yaml
 
 from trserve.bench import predict
 from trserve.bench.client import LoadResult, Workload, run_load
+from trserve.bench.direct import run_direct_process
 from trserve.bench.predict import StepStats
 from trserve.bench.systems import OPTIMIZED, system_config
+from trserve.hardware import hardware_tag
+from trserve.server.process import ServerProcess
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,6 @@ class BenchRunner:
         return [models[-1]["name"]] if system == "llm-only" else [m["name"] for m in models]
 
     def _run_system(self, system: str, router: str) -> None:
-        from trserve.server_process import ServerProcess
 
         state = self.routers.get(router)
         table = state.optimized if state and system in OPTIMIZED else None
@@ -151,7 +153,6 @@ class BenchRunner:
     def _tables(self, cells: Sequence[Cell], names: list[str], profiles: bool) -> tuple[list[list[float]], str]:
         """Latency tables: the calibration profiles (when ``profiles`` and all exist), else a line through the
         cells' (mean batch, mean step) points; a model that never stepped falls back to its profile."""
-        from trserve.thresholds import hardware_tag
 
         top = max(self.plan.concurrencies)
         found = [predict.profile_table(n, hardware_tag(), top) for n in names]
@@ -202,7 +203,6 @@ class BenchRunner:
     def _readmit_tables(self, tables: list[list[float]], source: str) -> tuple[list[list[float]], str]:
         """Profile latencies with re-admission's recompute: half a KV block per request per step (the partial
         last block is not prefix-cached); the session tables when no profile exists."""
-        from trserve.thresholds import hardware_tag
 
         names, models = self._model_names("tokenrouter"), self.plan.base["models"]
         found = [
@@ -214,7 +214,6 @@ class BenchRunner:
         return tables, source
 
     def _run_direct(self) -> None:
-        from trserve.bench.direct import run_direct_process
 
         self.display.starting("vllm-direct", "none")
         self.direct = run_direct_process(

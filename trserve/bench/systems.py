@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from trcore.errors import ConfigError
-from trserve.defaults import LOCAL_PAIR_RSTITCH
+from trserve.server.defaults import LOCAL_PAIR_RSTITCH
 
 SYSTEMS = ("tokenrouter", "tokenrouter-b1", "tokenrouter-readmit", "lockstep", "per-token", "llm-only")
 #: Systems whose thresholds come from the throughput model's optimizer.

@@ -24,8 +24,10 @@ from trcore import BatchingPolicy, RequestSpec, RouteEvent, RoutingProgram
 from trcore.traces import RequestTrace, traces_from_events
 from trserve.config import RestartConfig, ServeConfig
 from trserve.crossval.messages import Reconfigure, TraceDump
-from trserve.frontend import FrontEnd
-from trserve.messages import StepReport
+from trserve.frontend.book import FrontEnd
+from trserve.runtime.messages import StepReport
+from trserve.server.launch import Launcher
+from trserve.server.serve import resolve, start_frontend
 
 #: Makes model ``m``'s routing program for a cell (a fresh instance per cell: routers hold RNG state).
 ProgramFactory = Callable[[int], RoutingProgram]
@@ -100,12 +102,10 @@ class CellRun:
 @asynccontextmanager
 async def crossval_server(cfg: ServeConfig) -> AsyncIterator[CrossvalFrontEnd]:
     """Start the config's subservers (crossval workers) and a front end; stop them all on exit."""
-    from trserve.launch import Launcher
-    from trserve.server import resolve, start_frontend
 
     run_dir = tempfile.mkdtemp(prefix="tokenrouter-crossval-")
     spec, workers = resolve(cfg, run_dir)
-    workers = [replace(w, module="trserve.crossval.worker") for w in workers]
+    workers = [replace(w, role="crossval-subserver") for w in workers]
     frontend, metrics, active = start_frontend(cfg, spec, CrossvalFrontEnd, cfg.entry_model)
     launcher = Launcher(spec, workers, Path(run_dir), frontend, metrics, RestartConfig(enabled=False))
     is_clean = False

@@ -9,6 +9,7 @@ from typing import Any
 
 from trcore.errors import ConfigError
 from trcore.policy import is_feasible
+from trserve.server.defaults import LOCAL_PAIR_RSTITCH
 
 #: The stationary router: R2R-like (the small model hands a quarter of its steps to the large one, which
 #: regenerates that token and hands straight back), so the throughput model's assumptions hold exactly.
@@ -31,8 +32,7 @@ class RouterChoice:
 
 def default_routers(seed: int = 0) -> tuple[RouterChoice, ...]:
     """The stationary Markov router and R-Stitch entropy switching with the local pair's thresholds (real,
-    correlated routing; see ``trserve.defaults.LOCAL_PAIR_RSTITCH``)."""
-    from trserve.defaults import LOCAL_PAIR_RSTITCH
+    correlated routing; see ``trserve.server.defaults.LOCAL_PAIR_RSTITCH``)."""
 
     markov = {"P": [list(r) for r in MARKOV_P], "C": [list(r) for r in MARKOV_C], "seed": seed}
     return (RouterChoice("markov", "markov", markov), RouterChoice("rstitch", "rstitch", dict(LOCAL_PAIR_RSTITCH)))

@@ -11,7 +11,13 @@ from typing import Any
 from trcore import BatchingPolicy
 from trcore.errors import ConfigError
 from trcore.routing_stats import RoutingStats, estimate_routing_stats
+from trcore.throughput import ThroughputModel
 from trcore.traces import RequestTrace
+from trsim.build import with_traces
+from trsim.config import SimConfig
+from trsim.driver import simulate
+from trsim.profile import latency_from_profile, load_profile
+from trsim.workload import WorkloadConfig
 
 #: Time grid of the analytic model (latencies on this machine are tens of milliseconds).
 QUANTUM_S = 1e-3
@@ -33,7 +39,6 @@ class Calibration:
 
 def load_calibration(profile_dir: str | Path, model_names: Sequence[str]) -> Calibration:
     """The profiles ``<profile_dir>/<model>.json`` (as ``tokenrouter calibrate`` writes them)."""
-    from trsim.profile import latency_from_profile, load_profile
 
     paths, models = [], []
     for name in model_names:
@@ -86,7 +91,6 @@ def model_predictions(
 ) -> dict[tuple[int, ...], float]:
     """Throughput-model tok/s of each threshold vector at ``concurrency`` (latency tables at ``context`` tokens
     per request, ``extend[m]`` appended tokens per request-step on model m)."""
-    from trcore.throughput import ThroughputModel
 
     cap = min(max_batch, concurrency)
     extend = list(extend) or [0.0] * stats.num_models
@@ -105,10 +109,6 @@ def sim_prediction(
     seed: int = 0,
 ) -> float:
     """Simulator tok/s of one cell: calibrated latency models, sessions replaying ``traces`` in turn."""
-    from trsim.build import with_traces
-    from trsim.config import SimConfig
-    from trsim.driver import simulate
-    from trsim.workload import WorkloadConfig
 
     policies = tuple(BatchingPolicy(threshold=b, max_batch=max_batch) for b in thresholds)
     base = SimConfig(

@@ -28,15 +28,16 @@ from trserve.crossval.predict import (
     typical_extend,
 )
 from trserve.crossval.report import add_errors, markdown_table, plot_cells, summarize
+from trserve.engine.tokenizer import Tokenizer
+from trserve.paths import PROMPTS_DIR
+from trserve.runtime.runspec import resolve_model_path
 
-PROMPTS_FILE = Path(__file__).resolve().parents[2] / "models" / "prompts" / "routing.jsonl"
+PROMPTS_FILE = PROMPTS_DIR / "routing.jsonl"
 Progress = Callable[[str], None]
 
 
 def load_prompts(cfg: ServeConfig, path: Path = PROMPTS_FILE) -> tuple[tuple[int, ...], ...]:
     """The workload's prompts as chat-formatted token ids of the entry model's tokenizer."""
-    from trserve.runspec import resolve_model_path
-    from trserve.text import Tokenizer
 
     tokenizer = Tokenizer(resolve_model_path(cfg.models[cfg.entry_model].path))
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -48,7 +49,6 @@ def max_batch_of(cfg: ServeConfig) -> int:
 
 
 def program_factory(router: RouterChoice, num_models: int) -> Callable[[int], RoutingProgram]:
-    import trcore.programs  # noqa: F401  (registers the built-in programs)
 
     return lambda m: PROGRAMS.create(router.program, m, num_models, **router.params)
 

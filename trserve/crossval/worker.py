@@ -3,7 +3,7 @@
 Cross-validation runs many cells (concurrency x thresholds x router) on the same engines; restarting an engine
 per cell would cost tens of seconds each. So between cells the harness sends ``Reconfigure`` (new batching
 policy, new routing program, trace recording on or off) and the loop answers with the routing events it
-recorded since the previous one. Everything else is ``trserve.subserver_proc`` unchanged.
+recorded since the previous one. Everything else is ``trserve.runtime.worker`` unchanged.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import signal
 import sys
 from typing import Any
 
-from trserve import subserver_proc
 from trserve.crossval.messages import Reconfigure, TraceDump
-from trserve.loop import SubserverLoop
-from trserve.runspec import RunSpec
-from trserve.transport import FRONTEND
+from trserve.runtime import worker as subserver_proc
+from trserve.runtime.loop import SubserverLoop
+from trserve.runtime.runspec import RunSpec
+from trserve.runtime.transport import FRONTEND
 
-log = logging.getLogger("trserve.crossval.worker")
+log = logging.getLogger(__name__)
 
 
 class CrossvalLoop(SubserverLoop):
@@ -44,7 +44,7 @@ class CrossvalLoop(SubserverLoop):
 
 
 def run(spec: RunSpec, model: int) -> None:
-    """Start model ``model`` as ``trserve.subserver_proc.run`` does, with the reconfigurable loop and every
+    """Start model ``model`` as ``trserve.runtime.worker.run`` does, with the reconfigurable loop and every
     routing signal on (the programs change between cells)."""
     subserver_proc.run(spec, model, loop_cls=CrossvalLoop, engine_overrides=subserver_proc.all_signals(spec))
 

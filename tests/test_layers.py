@@ -1,0 +1,199 @@
+"""The layering of the packages holds: no import cycles, no upward imports, heavy libraries only where allowed.
+
+Every ``import`` statement counts, at module level or inside a function, under ``TYPE_CHECKING`` or not: a
+function-local import that dodges a cycle is still a cycle. Layers, lowest first: ``trcore`` <- ``trsim`` <-
+``trserve`` <- ``tokenrouter``; inside ``trserve``: engine <- runtime <- frontend <- server <- tools.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("trcore", "trsim", "trserve", "tokenrouter")
+#: Rank of each layer; a module may import only modules of the same or a lower rank.
+LAYERS = {
+    "trcore": 0,
+    "trsim": 1,
+    "trserve.paths": 2,
+    "trserve.config": 2,
+    "trserve.entrypoints": 2,
+    "trserve.hardware": 2,
+    "trserve.engine": 3,
+    "trserve.runtime": 4,
+    "trserve.frontend": 5,
+    "trserve.server": 6,
+    "trserve": 7,  # the tools: calibrate, modelprep, routers, crossval, bench, baselines
+    "tokenrouter": 8,
+}
+HEAVY = ("vllm", "torch", "transformers")
+#: Where vllm / torch / transformers may be imported.
+HEAVY_ALLOWED = (
+    "trserve.engine",
+    "trserve.modelprep",
+    "trserve.calibrate",
+    "trserve.routers",  # router training reads the pair's hidden states with torch
+    "trserve.baselines",
+    "trserve.bench.direct",  # plain vLLM, the overhead reference
+)
+#: Heavy or optional libraries trcore must not import.
+CORE_FORBIDDEN = (*HEAVY, "simpy", "matplotlib", "zmq", "fastapi", "pydantic", "yaml", "rich", "typer")
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path, name: str) -> set[str]:
+    """Every module named by an import statement in ``path`` (relative imports resolved against ``name``)."""
+    found: set[str] = set()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def project_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the project modules it imports (``from pkg import mod`` resolves to ``pkg.mod``)."""
+    paths = {module_name(p, root): p for pkg in PACKAGES for p in (root / pkg).rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        graph[name] = {m for m in imports_of(path, name) if m in paths and m != name}
+    return graph
+
+
+def layer_of(module: str) -> int:
+    best = max((key for key in LAYERS if module == key or module.startswith(key + ".")), key=len)
+    return LAYERS[best]
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle among the modules, or None (iterative DFS with colours)."""
+    colour: dict[str, int] = {}
+    for start in sorted(graph):
+        if colour.get(start):
+            continue
+        stack: list[tuple[str, list[str]]] = [(start, sorted(graph[start]))]
+        colour[start] = 1
+        while stack:
+            node, todo = stack[-1]
+            if not todo:
+                colour[node] = 2
+                stack.pop()
+                continue
+            nxt = todo.pop()
+            if colour.get(nxt) == 1:
+                path = [n for n, _ in stack]
+                return [*path[path.index(nxt) :], nxt]
+            if not colour.get(nxt):
+                colour[nxt] = 1
+                stack.append((nxt, sorted(graph[nxt])))
+    return None
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps if layer_of(d) > layer_of(m))
+
+
+def heavy_imports(root: Path = ROOT) -> list[str]:
+    bad = []
+    for pkg in PACKAGES:
+        for path in (root / pkg).rglob("*.py"):
+            name = module_name(path, root)
+            allowed = any(name == a or name.startswith(a + ".") for a in HEAVY_ALLOWED)
+            forbidden = CORE_FORBIDDEN if pkg == "trcore" else () if allowed else HEAVY
+            bad += [f"{name} -> {m}" for m in imports_of(path, name) if m.split(".")[0] in forbidden]
+    return sorted(set(bad))
+
+
+def test_no_import_cycles() -> None:
+    assert find_cycle(project_graph()) is None
+
+
+def test_no_upward_imports() -> None:
+    assert upward_imports(project_graph()) == []
+
+
+def test_heavy_libraries_only_where_allowed() -> None:
+    assert heavy_imports() == []
+
+
+def test_trserve_top_level_is_small() -> None:
+    assert len(list((ROOT / "trserve").glob("*.py"))) <= 8
+
+
+@pytest.fixture
+def fake_tree(tmp_path: Path) -> Path:
+    for rel, text in {
+        "trcore/__init__.py": "",
+        "trcore/a.py": "def f():\n    from trcore import b\n",
+        "trcore/b.py": "from trcore.a import f\n",
+        "trserve/__init__.py": "",
+        "trserve/engine/__init__.py": "",
+        "trserve/engine/x.py": "from trserve.frontend.y import z\nimport vllm\n",
+        "trserve/frontend/__init__.py": "",
+        "trserve/frontend/y.py": "import torch\nz = 1\n",
+        "trsim/__init__.py": "",
+        "tokenrouter/__init__.py": "",
+    }.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    return tmp_path
+
+
+def test_checks_catch_a_cycle_an_upward_and_a_heavy_import(fake_tree: Path) -> None:
+    graph = project_graph(fake_tree)
+    assert find_cycle(graph) in (["trcore.a", "trcore.b", "trcore.a"], ["trcore.b", "trcore.a", "trcore.b"])
+    assert upward_imports(graph) == ["trserve.engine.x -> trserve.frontend.y"]
+    assert heavy_imports(fake_tree) == ["trserve.frontend.y -> torch"]
+
+
+def main_guarded_modules(root: Path = ROOT) -> set[str]:
+    """Modules with an ``if __name__ == "__main__":`` block (the ones meant to run with ``python -m``)."""
+    found = set()
+    for path in (root / "trserve").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        if any(isinstance(n, ast.If) and "__main__" in ast.unparse(n.test) for n in tree.body):
+            found.add(module_name(path, root))
+    return found
+
+
+def test_every_worker_entry_point_is_in_the_one_table() -> None:
+    from trserve.entrypoints import WORKERS
+
+    assert main_guarded_modules() == {m for m in WORKERS.values() if m.startswith("trserve.")}
+    for path in (ROOT / "trserve").rglob("*.py"):
+        if path.name != "entrypoints.py":
+            assert '"-m"' not in path.read_text(), f"{path}: start workers through trserve.entrypoints"
+
+
+def function_local_project_imports(root: Path = ROOT) -> list[str]:
+    """Imports of project modules inside functions or under ``TYPE_CHECKING`` in ``trserve`` (a type in the wrong
+    room, or a cycle being dodged). The CLI (``tokenrouter``) keeps its lazy imports: they keep start-up fast."""
+    found = []
+    for path in (root / "trserve").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        scopes = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+        scopes += [n for n in tree.body if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test)]
+        for scope in scopes:
+            for node in ast.walk(scope):
+                if isinstance(node, ast.Import | ast.ImportFrom):
+                    names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                    found += [f"{path.relative_to(root)}:{node.lineno}" for n in names if n.split(".")[0] in PACKAGES]
+    return found
+
+
+def test_trserve_imports_project_modules_at_module_level() -> None:
+    assert function_local_project_imports() == []

@@ -1,0 +1,75 @@
+"""``backend: hash``: a deterministic stand-in engine for testing the serving machinery without vLLM.
+
+It writes no language: the next token is a hash of (model, everything the request fed this model), so it has a
+real per-request cache built only from the suffixes it is fed, exactly like a KV cache. A wrong anchor or a lost
+hand-off therefore shows up as different tokens. Routing signals (top-k, entropy) are derived from the same hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: Tokens are drawn from this range of ids (ordinary text tokens of the SmolLM2 vocabulary).
+TOKEN_RANGE = (200, 10_000)
+
+
+@dataclass(frozen=True)
+class HashTokenOut:
+    token_id: int
+    top_logprobs: dict[int, float]
+    entropy: float
+
+
+def hash_next(model: int, seq: Sequence[int]) -> HashTokenOut:
+    """Model ``model``'s (greedy) next token after the sequence ``seq``, with top-2 logprobs and entropy."""
+    digest = hashlib.blake2b(repr((model, list(seq))).encode(), digest_size=16).digest()
+    lo, hi = TOKEN_RANGE
+    token = lo + int.from_bytes(digest[:4], "little") % (hi - lo)
+    runner_up = lo + int.from_bytes(digest[4:8], "little") % (hi - lo)
+    p = 0.3 + 0.69 * digest[8] / 255  # top-1 probability in [0.3, 0.99]
+    top = {token: math.log(p)}
+    if runner_up != token:
+        top[runner_up] = math.log(1 - p)
+    entropy = -sum(math.exp(lp) * lp for lp in top.values())
+    return HashTokenOut(token, top, entropy)
+
+
+class HashEngine:
+    """Same surface as ``trserve.engine.step_engine.StepEngine``: ``step``, ``release``, ``kv_usage``, ``close``.
+
+    ``step_s`` sleeps per step (to give steps a duration); ``capacity_tokens`` scales :meth:`kv_usage`."""
+
+    available_signals = frozenset({"token_ids", "top_logprobs", "entropy"})
+
+    def __init__(self, model: int, step_s: float = 0.0, capacity_tokens: int = 1 << 20) -> None:
+        self.model = model
+        self.step_s = step_s
+        self.capacity_tokens = capacity_tokens
+        self.kv: dict[str, list[int]] = {}
+
+    def step(self, items: list[Any]) -> list[HashTokenOut]:
+        if self.step_s:
+            time.sleep(self.step_s)
+        outs = []
+        for item in items:
+            cache = self.kv.setdefault(item.request_id, [])
+            cache.extend(item.new_token_ids)
+            outs.append(self._next(cache))
+        return outs
+
+    def _next(self, cache: list[int]) -> HashTokenOut:
+        return hash_next(self.model, cache)
+
+    def release(self, request_id: str) -> None:
+        self.kv.pop(request_id, None)
+
+    def kv_usage(self) -> float:
+        return sum(len(c) for c in self.kv.values()) / self.capacity_tokens
+
+    def close(self) -> None:
+        self.kv.clear()

@@ -1,0 +1,258 @@
+"""The OpenAI-compatible HTTP API (FastAPI): completions, chat completions, models, health, metrics."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from trcore import RequestSpec
+from trserve.config import ServeConfig
+from trserve.engine.tokenizer import Tokenizer
+from trserve.frontend.api_models import ChatCompletionRequest, CompletionRequest, SamplingFields
+from trserve.frontend.book import FrontEnd, Overloaded, Unavailable
+from trserve.frontend.guards import guard
+from trserve.frontend.metrics import Metrics
+from trserve.frontend.streaming import ClientGone, GenerationFailed, collect, events_with_text, first_event
+from trserve.frontend.text import TextStream
+
+
+class APIError(Exception):
+    """An error answered as OpenAI's JSON error body."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str = "invalid_request_error",
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind, self.param, self.headers = status, message, kind, param, headers
+
+
+def error_response(
+    status: int,
+    message: str,
+    kind: str = "invalid_request_error",
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+@dataclass
+class ServerContext:
+    """What the routes need: config, front end, tokenizer, metrics, and a view of worker health."""
+
+    config: ServeConfig
+    frontend: FrontEnd
+    tokenizer: Tokenizer
+    metrics: Metrics
+    api_key: str | None
+    started: float = field(default_factory=time.time)
+
+    @property
+    def model_name(self) -> str:
+        return self.config.server.served_model_name
+
+
+def create_app(ctx: ServerContext) -> Any:
+    """The ASGI application: FastAPI routes behind the body-size and API-key guards."""
+    app = FastAPI(title="TokenRouter", docs_url=None, redoc_url=None)
+    _install_error_handlers(app)
+
+    @app.get("/health")
+    async def health() -> Response:
+        down = {str(k): v for k, v in ctx.frontend.down.items()}
+        status = 503 if down else 200
+        return JSONResponse({"status": "degraded" if down else "ok", "down": down}, status_code=status)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        ctx.metrics.observe_states(await ctx.frontend.probe(timeout_s=1.0))  # gauges as of now, not last step
+        return Response(ctx.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        card = {"id": ctx.model_name, "object": "model", "created": int(ctx.started), "owned_by": "tokenrouter"}
+        return {"object": "list", "data": [card]}
+
+    @app.get("/debug/state")
+    async def state(detail: bool = False) -> dict[str, Any]:
+        states = await ctx.frontend.probe(timeout_s=30.0 if detail else 5.0, detail=detail)
+        fe = ctx.frontend
+        return {
+            "active": fe.num_active,
+            "waiting": len(fe.waiting),
+            "in_flight": len(fe.generations),
+            "down": {str(k): v for k, v in fe.down.items()},
+            "workers": [s.__dict__ for s in states],
+        }
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request) -> Response:
+        prompt = body.prompt
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        ids = ctx.tokenizer.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
+        return await _generate(ctx, request, body, ids, body.max_tokens, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatCompletionRequest, request: Request) -> Response:
+        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        ids = ctx.tokenizer.encode_chat(messages)
+        return await _generate(ctx, request, body, ids, body.output_limit, chat=True)
+
+    return guard(
+        app, max_body_bytes=ctx.config.server.max_body_bytes, api_key=ctx.api_key, open_paths=("/health", "/metrics")
+    )
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def api_error(request: Request, exc: APIError) -> Response:
+        return error_response(exc.status, exc.message, exc.kind, exc.param, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> Response:
+        first = exc.errors()[0]
+        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+        if first.get("type") == "json_invalid":
+            return error_response(400, f"malformed JSON body: {first.get('msg')}")
+        param = ".".join(loc) or None
+        return error_response(400, f"{param or 'body'}: {first.get('msg')}", param=param)
+
+    @app.exception_handler(ClientGone)
+    async def gone(request: Request, exc: ClientGone) -> Response:
+        return Response(status_code=499)  # nginx's "client closed request"; nobody reads it
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        return error_response(exc.status_code, str(exc.detail), "not_found" if exc.status_code == 404 else "error")
+
+
+def _admit(ctx: ServerContext, body: SamplingFields, ids: list[int], max_tokens: int | None) -> tuple[Any, TextStream]:
+    if body.model != ctx.model_name:
+        raise APIError(400, f"unknown model {body.model!r}; this server serves {ctx.model_name!r}", param="model")
+    limit = ctx.config.max_model_len
+    if not ids:
+        raise APIError(400, "the prompt is empty", param="prompt")
+    if max_tokens is None:
+        max_tokens = limit - len(ids)
+    if len(ids) + max_tokens > limit:
+        raise APIError(
+            400,
+            f"prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) exceeds the context limit of {limit} tokens",
+            param="max_tokens" if len(ids) < limit else "prompt",
+        )
+    stop_ids = set(body.stop_token_ids or ())
+    if not body.ignore_eos:
+        stop_ids |= ctx.tokenizer.eos_token_ids
+    spec = RequestSpec(
+        request_id=f"req-{uuid.uuid4().hex}",
+        num_prompt_tokens=len(ids),
+        max_tokens=max_tokens,
+        stop_token_ids=frozenset(stop_ids),
+        arrival_time=time.monotonic(),
+        sampling=body.sampling(),
+    )
+    try:
+        gen = ctx.frontend.submit(spec, ids, body.routing_extra or {})
+    except Overloaded as exc:
+        raise APIError(429, f"server busy: {exc}", "rate_limit_exceeded", headers={"Retry-After": "1"}) from None
+    except Unavailable as exc:
+        headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s else None
+        raise APIError(503, str(exc), "service_unavailable", headers=headers) from None
+    return gen, TextStream(ctx.tokenizer, body.stop_strings)
+
+
+async def _generate(
+    ctx: ServerContext, request: Request, body: SamplingFields, ids: list[int], max_tokens: int | None, *, chat: bool
+) -> Response:
+    gen, text = _admit(ctx, body, ids, max_tokens)
+    fmt = _Format(ctx.model_name, gen.request_id, chat, len(ids))
+    try:
+        if not body.stream:
+            pieces, reason = await collect(ctx.frontend, gen, text, request)
+            answer = fmt.whole("".join(pieces), reason, len(text.token_ids))
+            if body.return_token_ids:
+                answer["prompt_token_ids"] = ids
+                answer["choices"][0]["token_ids"] = list(text.token_ids)
+            return JSONResponse(answer)
+        first = await first_event(ctx.frontend, gen, request)
+    except GenerationFailed as exc:
+        raise APIError(503, str(exc), "service_unavailable") from None
+    stream = _sse(ctx, fmt, gen, text, first, body.include_usage)
+    return StreamingResponse(stream, media_type="text/event-stream")
+
+
+async def _sse(
+    ctx: ServerContext, fmt: _Format, gen: Any, text: TextStream, first: tuple[str, Any], include_usage: bool
+) -> AsyncIterator[str]:
+    try:
+        if fmt.chat:
+            yield _data(fmt.chunk(None, None, role=True))
+        async for delta, reason in events_with_text(ctx.frontend, gen, text, first):
+            if delta or reason:
+                yield _data(fmt.chunk(delta, reason))
+        if include_usage:
+            yield _data(fmt.usage_chunk(len(text.token_ids)))
+    except GenerationFailed as exc:
+        yield _data({"error": {"message": str(exc), "type": "service_unavailable", "param": None, "code": 503}})
+    finally:
+        ctx.frontend.abort(gen.request_id)  # no-op once finished; frees every model if the client left
+    yield "data: [DONE]\n\n"
+
+
+def _data(obj: dict[str, Any]) -> str:
+    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
+
+
+@dataclass(frozen=True)
+class _Format:
+    """OpenAI response shapes for one request."""
+
+    model: str
+    request_id: str
+    chat: bool
+    num_prompt_tokens: int
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def _usage(self, num_completion: int) -> dict[str, int]:
+        total = self.num_prompt_tokens + num_completion
+        return {"prompt_tokens": self.num_prompt_tokens, "completion_tokens": num_completion, "total_tokens": total}
+
+    def _head(self, obj: str) -> dict[str, Any]:
+        return {"id": self.request_id, "object": obj, "created": self.created, "model": self.model}
+
+    def whole(self, text: str, reason: str, num_completion: int) -> dict[str, Any]:
+        if self.chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason}
+            head = self._head("chat.completion")
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
+            head = self._head("text_completion")
+        return {**head, "choices": [choice], "usage": self._usage(num_completion)}
+
+    def chunk(self, delta: str | None, reason: str | None, role: bool = False) -> dict[str, Any]:
+        if self.chat:
+            d: dict[str, Any] = {"role": "assistant", "content": ""} if role else {"content": delta or ""}
+            choice = {"index": 0, "delta": d, "finish_reason": reason}
+            return {**self._head("chat.completion.chunk"), "choices": [choice]}
+        choice = {"index": 0, "text": delta or "", "logprobs": None, "finish_reason": reason}
+        return {**self._head("text_completion"), "choices": [choice]}
+
+    def usage_chunk(self, num_completion: int) -> dict[str, Any]:
+        obj = "chat.completion.chunk" if self.chat else "text_completion"
+        return {**self._head(obj), "choices": [], "usage": self._usage(num_completion)}

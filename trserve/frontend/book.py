@@ -1,0 +1,271 @@
+"""The front end's request book-keeping: admission, dispatch to the entry model, reassembly of committed tokens
+from whichever model sent them, aborts on every model, and the system-wide active-request count.
+
+Everything here runs on one asyncio loop, so the active count has a single writer and needs no lock; it is
+published to the subservers through :class:`trserve.runtime.transport.ActiveCounter`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import pickle
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from trcore import PeerReq, RequestSpec
+from trserve.frontend.generation import Generation
+from trserve.frontend.metrics import Metrics
+from trserve.runtime.messages import Abort, Failed, Finished, Probe, Ready, State, StepReport
+from trserve.runtime.transport import ActiveCounter
+
+log = logging.getLogger(__name__)
+
+
+class Overloaded(Exception):
+    """More requests wait than the configured limit (HTTP 429)."""
+
+
+class Unavailable(Exception):
+    """The server cannot serve now (a model is down or restarting; HTTP 503)."""
+
+    def __init__(self, message: str, retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class FrontEnd:
+    """Admits requests, talks to the subserver processes over ZeroMQ and tracks every request to its end.
+
+    ``inboxes[p]`` is the address of process ``p`` (for the routed mode, process ``m`` serves model ``m``);
+    ``entry`` is the process that receives new requests."""
+
+    def __init__(
+        self,
+        inbox_address: str,
+        inboxes: dict[int, str],
+        entry: int,
+        num_models: int,
+        active: ActiveCounter,
+        metrics: Metrics,
+        max_active: int,
+        max_waiting: int,
+    ) -> None:
+        self.entry = entry
+        self.num_models = num_models
+        self.active = active
+        self.metrics = metrics
+        self.max_active = max_active
+        self.max_waiting = max_waiting
+        self.generations: dict[str, Generation] = {}
+        self.waiting: deque[Generation] = deque()
+        self.num_active = 0
+        self.down: dict[int, str] = {}
+        self.ready_waiters: dict[int, asyncio.Future[Ready]] = {}
+        self.on_ready: Callable[[Ready], None] | None = None
+        self._ctx = zmq.Context()
+        self._actx = zmq.asyncio.Context()
+        self._inbox = self._actx.socket(zmq.PULL)
+        self._inbox.setsockopt(zmq.LINGER, 0)
+        self._inbox.bind(inbox_address)
+        self._outboxes: dict[int, zmq.Socket[Any]] = {}
+        for proc, address in inboxes.items():
+            self.connect(proc, address)
+        self._probes: dict[int, tuple[asyncio.Future[list[State]], int]] = {}
+        self._probe_states: dict[int, list[State]] = {}
+        self._tokens = itertools.count()
+        self._receiver: asyncio.Task[None] | None = None
+
+    # -- wiring -----------------------------------------------------------------------------------------------
+
+    def connect(self, proc: int, address: str) -> None:
+        """(Re)connect the outbox of process ``proc``; anything queued for a previous incarnation is dropped."""
+        old = self._outboxes.pop(proc, None)
+        if old is not None:
+            old.close(linger=0)
+        sock = self._ctx.socket(zmq.PUSH)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, 0)
+        sock.connect(address)
+        self._outboxes[proc] = sock
+
+    def send(self, proc: int, message: Any) -> None:
+        self._outboxes[proc].send(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL), zmq.NOBLOCK)
+
+    def broadcast(self, message: Any) -> None:
+        for proc in self._outboxes:
+            if proc not in self.down:
+                self.send(proc, message)
+
+    def start(self) -> None:
+        self._receiver = asyncio.get_running_loop().create_task(self._receive_forever())
+
+    async def close(self) -> None:
+        if self._receiver is not None:
+            self._receiver.cancel()
+        for sock in self._outboxes.values():
+            sock.close(linger=0)
+        self._inbox.close(linger=0)
+
+    # -- admission --------------------------------------------------------------------------------------------
+
+    def submit(self, spec: RequestSpec, prompt_token_ids: list[int], extra: Mapping[str, Any]) -> Generation:
+        """Admit a request (dispatched now or queued); raises :class:`Overloaded` or :class:`Unavailable`."""
+        if self.down:
+            why = "; ".join(self.down.values())
+            raise Unavailable(f"the server is not serving: {why}", retry_after_s=5)
+        gen = Generation(spec, prompt_token_ids, extra)
+        if self.num_active >= self.max_active:
+            if len(self.waiting) >= self.max_waiting:
+                self.metrics.requests.labels("rejected").inc()
+                raise Overloaded(f"{len(self.waiting)} requests are already waiting (limit {self.max_waiting})")
+            self.waiting.append(gen)
+        else:
+            self._dispatch(gen)
+        self.generations[spec.request_id] = gen
+        self._publish_counts()
+        return gen
+
+    def _dispatch(self, gen: Generation) -> None:
+        msg = PeerReq(
+            request_id=gen.request_id,
+            start=0,
+            token_ids=tuple(gen.prompt_token_ids),
+            anchors=(0,) * self.num_models,
+            origin=-1,
+            spec=gen.spec,
+            extra=dict(gen.extra),
+        )
+        gen.is_dispatched = True
+        self.num_active += 1
+        self.send(self.entry, msg)
+
+    def _end(self, gen: Generation, event: tuple[str, Any], outcome: str) -> None:
+        if gen.is_done:
+            return
+        gen.is_done = True
+        self.generations.pop(gen.request_id, None)
+        if gen.is_dispatched:
+            self.num_active -= 1
+        else:
+            self.waiting.remove(gen)
+        gen.events.put_nowait(event)
+        self.metrics.requests.labels(outcome).inc()
+        if outcome == "finished":
+            self.metrics.e2e_seconds.observe(time.monotonic() - gen.spec.arrival_time)
+        while self.waiting and self.num_active < self.max_active and not self.down:
+            self._dispatch(self.waiting.popleft())
+        self._publish_counts()
+
+    def _publish_counts(self) -> None:
+        self.active.write(self.num_active)
+        self.metrics.active.set(self.num_active)
+        self.metrics.waiting.set(len(self.waiting))
+
+    def abort(self, request_id: str, reason: str = "aborted") -> None:
+        """The client went away or a stop string matched: drop the request on every model."""
+        gen = self.generations.get(request_id)
+        if gen is None:
+            return
+        if gen.is_dispatched:
+            self.broadcast(Abort(request_id))
+        self._end(gen, ("done", reason), "aborted" if reason == "aborted" else "finished")
+
+    def fail_all(self, message: str) -> None:
+        """A model died: every request in flight or waiting ends with ``message`` (HTTP 503)."""
+        for gen in list(self.generations.values()):
+            if gen.is_dispatched:
+                self.broadcast(Abort(gen.request_id))
+            self._end(gen, ("error", message), "failed")
+
+    # -- messages from subservers -----------------------------------------------------------------------------
+
+    async def _receive_forever(self) -> None:
+        while True:
+            msg = pickle.loads(await self._inbox.recv())
+            try:
+                self.handle(msg)
+            except Exception:  # one bad message must not stop the front end
+                log.exception("front end: cannot handle %r", type(msg).__name__)
+
+    def handle(self, msg: Any) -> None:
+        if isinstance(msg, StepReport):
+            self._on_step(msg)
+        elif isinstance(msg, State):
+            self._on_state(msg)
+        elif isinstance(msg, Ready):
+            waiter = self.ready_waiters.pop(msg.model, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(msg)
+        else:
+            log.error("front end: unknown message %r", type(msg).__name__)
+
+    def _on_step(self, report: StepReport) -> None:
+        self.metrics.observe_step(report)
+        now = time.monotonic()
+        for rid, offset, tokens in report.tokens:
+            gen = self.generations.get(rid)
+            if gen is not None:
+                self._deliver(gen, gen.accept(offset, tokens), now)
+        for done in report.finished:
+            self._on_finished(done, now)
+        for failed in report.failed:
+            self._on_failed(failed)
+
+    def _deliver(self, gen: Generation, tokens: list[int], now: float) -> None:
+        if not tokens:
+            return
+        if gen.first_token_time is None:
+            gen.first_token_time = now
+            self.metrics.ttft_seconds.observe(now - gen.spec.arrival_time)
+        gen.events.put_nowait(("tokens", tokens))
+
+    def _on_finished(self, done: Finished, now: float) -> None:
+        gen = self.generations.get(done.request_id)
+        if gen is None:
+            return  # aborted meanwhile
+        self._deliver(gen, gen.accept(0, done.token_ids), now)
+        self._end(gen, ("done", done.reason), "finished")
+
+    def _on_failed(self, failed: Failed) -> None:
+        gen = self.generations.get(failed.request_id)
+        if gen is not None:
+            self.broadcast(Abort(failed.request_id))
+            self._end(gen, ("error", failed.message), "failed")
+
+    # -- probes -----------------------------------------------------------------------------------------------
+
+    async def probe(self, timeout_s: float = 5.0, detail: bool = False) -> list[State]:
+        """Ask every live process for its state (resident requests, KV usage, memory)."""
+        token = next(self._tokens)
+        live = [p for p in self._outboxes if p not in self.down]
+        if not live:
+            return []
+        fut: asyncio.Future[list[State]] = asyncio.get_running_loop().create_future()
+        self._probes[token] = (fut, len(live))
+        self._probe_states[token] = []
+        for proc in live:
+            self.send(proc, Probe(token, detail))
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            return self._probe_states.get(token, [])
+        finally:
+            self._probes.pop(token, None)
+            self._probe_states.pop(token, None)
+
+    def _on_state(self, state: State) -> None:
+        states = self._probe_states.get(state.token)
+        probe = self._probes.get(state.token)
+        if states is None or probe is None:
+            return
+        fut, expected = probe
+        states.append(state)
+        if len(states) >= expected and not fut.done():
+            fut.set_result(sorted(states, key=lambda s: s.model))

@@ -1,0 +1,93 @@
+"""Prometheus metrics of one server, in a registry of its own (no process-global collectors)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from trserve.runtime.messages import State, StepReport
+
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+STEP_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+class Metrics:
+    """Per-model step metrics (fed by subserver step reports) and request-level metrics of the front end."""
+
+    def __init__(self, model_names: list[str]) -> None:
+        self.model_names = model_names
+        self.registry = CollectorRegistry()
+        reg = self.registry
+        self.batch_size = Histogram(
+            "tokenrouter_batch_size", "Requests per engine step", ["model"], buckets=BATCH_BUCKETS, registry=reg
+        )
+        self.step_seconds = Histogram(
+            "tokenrouter_step_seconds", "Engine step latency", ["model"], buckets=STEP_BUCKETS, registry=reg
+        )
+        self.queue_length = Gauge(
+            "tokenrouter_queue_length", "Requests ready and waiting for a step", ["model"], registry=reg
+        )
+        self.resident = Gauge(
+            "tokenrouter_resident_requests",
+            "Requests resident on a model (ready, running or pending)",
+            ["model"],
+            registry=reg,
+        )
+        self.kv_usage = Gauge("tokenrouter_kv_usage", "Fraction of KV cache blocks in use", ["model"], registry=reg)
+        self.handoffs = Counter(
+            "tokenrouter_handoffs", "Requests handed to another model after a step", ["model"], registry=reg
+        )
+        self.tokens = Counter(
+            "tokenrouter_tokens", "Output tokens committed by a model's steps", ["model"], registry=reg
+        )
+        self.input_tokens = Counter(
+            "tokenrouter_input_tokens", "Tokens fed to a model (prefill and hand-off appends)", ["model"], registry=reg
+        )
+        self.steps = Counter("tokenrouter_steps", "Engine steps", ["model"], registry=reg)
+        self.up = Gauge("tokenrouter_model_up", "1 while a model's process serves", ["model"], registry=reg)
+        self.restarts = Counter("tokenrouter_model_restarts", "Subserver restarts", ["model"], registry=reg)
+        self.active = Gauge("tokenrouter_requests_active", "Requests dispatched and not finished", registry=reg)
+        self.waiting = Gauge("tokenrouter_requests_waiting", "Requests admitted but not yet dispatched", registry=reg)
+        self.requests = Counter(
+            "tokenrouter_requests",
+            "Requests by outcome (finished, aborted, failed, rejected)",
+            ["outcome"],
+            registry=reg,
+        )
+        self.ttft_seconds = Histogram(
+            "tokenrouter_time_to_first_token_seconds", "Time to first token", buckets=LATENCY_BUCKETS, registry=reg
+        )
+        self.e2e_seconds = Histogram(
+            "tokenrouter_request_seconds", "Request latency, arrival to finish", buckets=LATENCY_BUCKETS, registry=reg
+        )
+
+    def name(self, model: int) -> str:
+        return self.model_names[model] if 0 <= model < len(self.model_names) else str(model)
+
+    def observe_step(self, report: StepReport) -> None:
+        model = self.name(report.model)
+        if report.batch_size:
+            self.steps.labels(model).inc()
+            self.batch_size.labels(model).observe(report.batch_size)
+            self.step_seconds.labels(model).observe(report.step_s)
+            self.input_tokens.labels(model).inc(report.num_new_tokens)
+        self.queue_length.labels(model).set(report.num_ready)
+        self.resident.labels(model).set(report.num_resident)
+        self.kv_usage.labels(model).set(report.kv_usage)
+        self.handoffs.labels(model).inc(report.num_handoffs)
+        # A finishing step commits exactly one (its last) token; earlier ones were reported by their steps.
+        committed = sum(len(t) for _, _, t in report.tokens) + len(report.finished)
+        self.tokens.labels(model).inc(committed)
+
+    def observe_states(self, states: list[State]) -> None:
+        """Refresh the per-model gauges from probe answers."""
+        for state in states:
+            if state.model < 0:  # a driver or dispatcher process, not a model
+                continue
+            model = self.name(state.model)
+            self.queue_length.labels(model).set(state.num_ready)
+            self.resident.labels(model).set(state.num_resident)
+            self.kv_usage.labels(model).set(state.kv_usage)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,268 @@
+"""One subserver's event loop: drives a ``trcore.Subserver`` with the real clock and a step engine.
+
+The loop owns no scheduling logic: it feeds messages to ``receive``, asks ``launch`` whether to step, turns a
+launched batch into one engine step, and hands the result to ``complete``. Hand-offs leave through the
+mailbox without waiting for the peer, so this model goes straight on with its other requests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from trcore import CLIENT, Batch, PeerReq, Request, StepResult, Subserver
+from trserve.runtime.messages import Abort, Failed, Finished, Probe, Rewire, Shutdown, State, StepReport
+from trserve.runtime.transport import FRONTEND
+
+log = logging.getLogger(__name__)
+
+#: How long an idle loop sleeps between checks that its parent is alive.
+IDLE_POLL_S = 1.0
+#: How soon a loop whose queue is below threshold looks again: the threshold can fall when the system-wide
+#: active count falls, which no message announces.
+RECHECK_S = 0.005
+#: How long a request id stays remembered after an abort, so late hand-offs for it are dropped.
+TOMBSTONE_S = 600.0
+
+
+class Engine(Protocol):
+    """What the loop needs from an engine (``trserve.engine.step_engine.StepEngine`` provides it)."""
+
+    def step(self, items: list[Any]) -> list[Any]: ...
+    def release(self, request_id: str) -> None: ...
+    def kv_usage(self) -> float: ...
+
+
+class Outbox(Protocol):
+    def send(self, dest: int, message: Any) -> None: ...
+    def receive_all(self, timeout_s: float | None) -> list[Any]: ...
+    def rewire(self, dest: int, address: str) -> None: ...
+
+
+@dataclass
+class LoopStats:
+    num_steps: int = 0
+    num_handoffs: int = 0
+
+
+class SubserverLoop:
+    """Runs one model: ``run()`` returns after a :class:`Shutdown` message or when the parent process dies.
+
+    ``make_item(request_id, new_token_ids, sampling)`` builds the engine's per-request step input;
+    ``read_active()`` gives the system-wide active-request count (threshold tables). A step that raises
+    ``step_error`` fails only its batch's requests; any other exception ends the process."""
+
+    def __init__(
+        self,
+        sub: Subserver,
+        engine: Engine,
+        mailbox: Outbox,
+        make_item: Callable[[str, list[int], Mapping[str, Any]], Any],
+        read_active: Callable[[], int] = lambda: 0,
+        clock: Callable[[], float] = time.monotonic,
+        idle_poll_s: float = IDLE_POLL_S,
+        step_error: type[Exception] = RuntimeError,
+    ) -> None:
+        self.sub = sub
+        self.engine = engine
+        self.mailbox = mailbox
+        self.make_item = make_item
+        self.read_active = read_active
+        self.clock = clock
+        self.idle_poll_s = idle_poll_s
+        self.step_error = step_error
+        self.stats = LoopStats()
+        self.is_stopping = False
+        self._tombstones: dict[str, float] = {}
+        self._parent = os.getppid()
+
+    @property
+    def model(self) -> int:
+        return self.sub.model
+
+    def run(self) -> None:
+        while not self.is_stopping:
+            self.run_once()
+
+    def run_once(self) -> None:
+        """Handle what arrived, then launch a step if the policy allows, else wait for a message or deadline."""
+        self._handle_all(self.mailbox.receive_all(0))
+        self.sub.num_active = self.read_active()
+        batch = self.sub.launch(self.clock())
+        if batch is not None:
+            self._step(batch)
+            return
+        self._handle_all(self.mailbox.receive_all(self._wait_timeout()))
+        if self.sub.num_ready == 0 and os.getppid() != self._parent:
+            log.warning("model %d: parent process exited; stopping", self.model)
+            self.is_stopping = True
+
+    def _wait_timeout(self) -> float:
+        if self.sub.num_ready == 0:
+            return self.idle_poll_s
+        timeout = RECHECK_S
+        deadline = self.sub.next_deadline()
+        if deadline is not None:
+            timeout = min(timeout, max(0.0, deadline - self.clock()))
+        return timeout
+
+    # -- messages ---------------------------------------------------------------------------------------------
+
+    def _handle_all(self, messages: Sequence[Any]) -> None:
+        for msg in messages:
+            self._handle(msg)
+
+    def _handle(self, msg: Any) -> None:
+        if isinstance(msg, PeerReq):
+            self._receive(msg)
+        elif isinstance(msg, Abort):
+            self._forget(msg.request_id)
+        elif isinstance(msg, Probe):
+            self.mailbox.send(FRONTEND, self.state(msg.token, msg.detail))
+        elif isinstance(msg, Rewire):
+            self.mailbox.rewire(msg.model, msg.address)
+        elif isinstance(msg, Shutdown):
+            self.is_stopping = True
+        else:
+            log.error("model %d: unknown message %r", self.model, type(msg).__name__)
+
+    def _receive(self, msg: PeerReq) -> None:
+        rid = msg.request_id
+        if rid in self._tombstones:
+            return  # aborted while this hand-off was in flight
+        if msg.is_finished:
+            self._forget(rid)
+            return
+        if msg.spec is None and rid not in self.sub.requests:
+            # Addressed to a previous incarnation of this model (it restarted); the request was failed then.
+            log.warning("model %d: dropping hand-off for unknown request %s", self.model, rid)
+            return
+        self.sub.receive(msg, self.clock())
+
+    def _forget(self, request_id: str) -> None:
+        """Release a request here (finished elsewhere or aborted) and free its KV in the engine."""
+        self.sub.abort(request_id)
+        self.engine.release(request_id)
+        now = self.clock()
+        self._tombstones[request_id] = now
+        if len(self._tombstones) > 4096:
+            self._tombstones = {r: t for r, t in self._tombstones.items() if now - t < TOMBSTONE_S}
+
+    # -- one step ---------------------------------------------------------------------------------------------
+
+    def _step(self, batch: Batch) -> None:
+        items = [self.make_item(r.request_id, unseen_tokens(r, self.model), r.spec.sampling) for r in batch.requests]
+        outputs_before = [r.num_output_tokens for r in batch.requests]
+        started = time.perf_counter()
+        try:
+            outs = self.engine.step(items)
+        except self.step_error as exc:  # this batch cannot run (the engine released it); keep serving the rest
+            self._fail_batch(batch, f"model {self.model} could not step the request: {exc}")
+            return
+        step_s = time.perf_counter() - started
+        result = StepResult(
+            token_ids=[o.token_id for o in outs],
+            top_logprobs=[o.top_logprobs for o in outs],
+            entropy=[o.entropy for o in outs],
+            request_ids=batch.request_ids,
+        )
+        handoffs = self.sub.complete(batch, result, self.clock())
+        self.stats.num_steps += 1
+        report = self._report(batch, outputs_before, step_s, handoffs)
+        self.mailbox.send(FRONTEND, report)
+
+    def _report(self, batch: Batch, before: list[int], step_s: float, handoffs: list[tuple[int, PeerReq]]) -> Any:
+        finished: list[Finished] = []
+        num_handoffs = 0
+        for dest, msg in handoffs:
+            if dest == CLIENT:
+                finished.append(finished_message(msg, batch))
+                self.engine.release(msg.request_id)
+            else:
+                num_handoffs += 0 if msg.is_finished else 1
+                self.mailbox.send(dest, msg)
+        self.stats.num_handoffs += num_handoffs
+        tokens = committed_tokens(batch, before, {f.request_id for f in finished})
+        return StepReport(
+            model=self.model,
+            batch_size=batch.size,
+            num_new_tokens=sum(batch.num_new_tokens),
+            step_s=step_s,
+            num_ready=self.sub.num_ready,
+            num_resident=len(self.sub.requests),
+            num_handoffs=num_handoffs,
+            kv_usage=self.engine.kv_usage(),
+            tokens=tokens,
+            finished=finished,
+        )
+
+    def _fail_batch(self, batch: Batch, message: str) -> None:
+        failed = []
+        for req in batch.requests:
+            self._forget(req.request_id)
+            failed.append(Failed(req.request_id, message))
+        self.sub.running = None  # the batch will never complete; its requests are gone
+        report = StepReport(self.model, batch.size, 0, 0.0, self.sub.num_ready, len(self.sub.requests), 0,
+                            self.engine.kv_usage(), failed=failed)  # fmt: skip
+        self.mailbox.send(FRONTEND, report)
+
+    def state(self, token: int, detail: bool = False) -> State:
+        """This model's resident requests, KV usage and resident memory (``detail``: live Python objects too)."""
+        return State(
+            model=self.model,
+            token=token,
+            pid=os.getpid(),
+            num_resident=len(self.sub.requests),
+            num_ready=self.sub.num_ready,
+            kv_usage=self.engine.kv_usage(),
+            rss_bytes=rss_bytes(),
+            num_steps=self.stats.num_steps,
+            engine={"python_objects": python_objects()} if detail else {},
+        )
+
+
+def unseen_tokens(req: Request, model: int) -> list[int]:
+    return req.token_ids[req.anchors[model] :]
+
+
+def committed_tokens(batch: Batch, before: list[int], done: set[str]) -> list[tuple[str, int, tuple[int, ...]]]:
+    """``(request_id, offset, tokens)`` for each request of ``batch`` whose output grew past ``before`` (its
+    output length at launch); finished requests (``done``) report their whole output separately."""
+    return [
+        (r.request_id, n, tuple(r.output_token_ids[n:]))
+        for r, n in zip(batch.requests, before, strict=True)
+        if r.num_output_tokens > n and r.request_id not in done
+    ]
+
+
+def finished_message(msg: PeerReq, batch: Batch) -> Finished:
+    """The front end's message for a request that finished in ``batch`` (``msg`` is the core's CLIENT hand-off)."""
+    req = next(r for r in batch.requests if r.request_id == msg.request_id)
+    last = req.token_ids[-1] if req.num_output_tokens else None
+    reason = "stop" if last is not None and last in req.spec.stop_token_ids else "length"
+    return Finished(msg.request_id, tuple(msg.token_ids), reason)
+
+
+def python_objects() -> int:
+    """Live objects the garbage collector tracks, after a collection (a leak of Python objects shows here)."""
+    import gc
+
+    gc.collect()
+    return len(gc.get_objects())
+
+
+def rss_bytes() -> int:
+    """Resident memory of this process and its children (an engine core may run in a child)."""
+    import psutil
+
+    me = psutil.Process()
+    total = me.memory_info().rss
+    for child in me.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            total += child.memory_info().rss
+    return int(total)

@@ -1,0 +1,150 @@
+"""Entry point of one subserver process: ``python -m trserve.runtime.worker RUN_JSON MODEL``.
+
+The launcher has already set the placement (affinity, ``VLLM_CPU_*`` / ``CUDA_VISIBLE_DEVICES``) before this
+interpreter started, so vLLM sees it on import. The process starts its engine, builds the model's routing
+program and batching policy, tells the front end it is ready, then runs the loop until told to stop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import dataclasses
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from trcore import PROGRAMS, RoutingProgram, Subserver, check_signals
+from trserve.engine.hash import HashEngine
+from trserve.engine.step_engine import StepEngine
+from trserve.engine.types import EngineConfig, EngineStepError, StepItem
+from trserve.runtime.loop import SubserverLoop
+from trserve.runtime.messages import Ready
+from trserve.runtime.runspec import RunSpec
+from trserve.runtime.transport import FRONTEND, ActiveCounter
+
+log = logging.getLogger(__name__)
+
+
+def build_program(spec: RunSpec, model: int) -> RoutingProgram:
+    """Model ``model``'s instance of the configured routing program (built-ins and trserve's own registered)."""
+
+    router = spec.config.router
+    return PROGRAMS.create(router.program, model, spec.config.num_models, **router.params)
+
+
+def routing_signals(spec: RunSpec, model: int) -> dict[str, Any]:
+    """Engine settings for the signals model ``model``'s routing program reads. Top-k logprobs and the exact
+    entropy cost CPU every step, so an engine computes them only for a program that needs them (a reader of
+    ``top_logprobs`` gets the exact entropy too: rstitch prefers it when a step carries it)."""
+    if spec.config.backend == "hash":
+        return {}
+    needed = build_program(spec, model).required_signals
+    return {
+        "top_logprobs": spec.config.top_logprobs if "top_logprobs" in needed else 0,
+        "entropy": bool(needed & {"top_logprobs", "entropy"}),
+    }
+
+
+def all_signals(spec: RunSpec) -> dict[str, Any]:
+    """Engine settings that give every signal (crossval swaps routing programs on running engines)."""
+    return {"top_logprobs": spec.config.top_logprobs, "entropy": True}
+
+
+def engine_config(spec: RunSpec, model: int, **overrides: Any) -> Any:
+    """The ``trserve.engine.step_engine.EngineConfig`` of model ``model`` (fields the engine lacks are left out); the
+    routing signals follow the configured program (:func:`routing_signals`) unless ``overrides`` set them."""
+
+    m = spec.config.models[model]
+    values: dict[str, Any] = {
+        "model_path": spec.model_paths[model],
+        "dtype": m.dtype,
+        "max_model_len": m.max_model_len,
+        "block_size": m.block_size,
+        "kv_cache_gib": m.kv_cache_gib,
+        "max_num_seqs": m.max_num_seqs,
+        "seed": spec.config.seed,
+        "handoff": spec.config.handoff,
+        "tensor_parallel_size": m.placement.tensor_parallel_size,
+        **routing_signals(spec, model),
+        **overrides,
+    }
+    known = {f.name for f in dataclasses.fields(EngineConfig)}
+    return EngineConfig(**{k: v for k, v in values.items() if k in known})
+
+
+@dataclasses.dataclass(frozen=True)
+class HashStepItem:
+    request_id: str
+    new_token_ids: list[int]
+    sampling: Any
+
+
+def start_engine(spec: RunSpec, model: int, **overrides: Any) -> tuple[Any, Any, type[Exception]]:
+    """The model's engine (``overrides``: engine settings), its step-item constructor and the error a failed
+    step raises."""
+    if spec.config.backend == "hash":
+        return HashEngine(model, step_s=0.005), HashStepItem, RuntimeError
+
+    return StepEngine(engine_config(spec, model, **overrides)), StepItem, EngineStepError
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to send SIGTERM when the launcher dies, so no engine is left orphaned."""
+    with contextlib.suppress(OSError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def run(
+    spec: RunSpec,
+    model: int,
+    loop_cls: type[SubserverLoop] = SubserverLoop,
+    engine_overrides: dict[str, Any] | None = None,
+) -> None:
+    """Start model ``model`` and serve until shutdown; ``loop_cls`` and ``engine_overrides`` let a variant
+    (crossval) extend the loop and the engine's settings."""
+    program = build_program(spec, model)
+    engine, make_step_item, step_error = start_engine(spec, model, **(engine_overrides or {}))
+    try:
+        check_signals(program, engine.available_signals)
+        mailbox = spec.endpoints.mailbox(model)
+        active = ActiveCounter(spec.endpoints.active_file)
+        sub = Subserver(program, spec.policy(model))
+        loop = loop_cls(sub, engine, mailbox, make_step_item, read_active=active.read, step_error=step_error)
+        signals = tuple(sorted(engine.available_signals))
+        mailbox.send(FRONTEND, Ready(model, os.getpid(), engine.kv_usage(), signals))
+        log.info("model %d (%s) ready: policy %s", model, spec.config.models[model].name, sub.policy)
+        loop.run()
+        mailbox.close()
+    finally:
+        engine.close()
+
+
+def worker_main(run_worker: Callable[[RunSpec, int], None], argv: list[str] | None = None) -> None:
+    """The common entry of a worker process: ``RUN_JSON INDEX`` arguments, logging, dying with the launcher."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("run_json")
+    parser.add_argument("index", type=int)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    _die_with_parent()
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    spec = RunSpec.load(args.run_json)
+    log.info("worker %d: pid %d, cpus %s", args.index, os.getpid(), sorted(os.sched_getaffinity(0)))
+    run_worker(spec, args.index)
+
+
+def main(argv: list[str] | None = None) -> None:
+    worker_main(run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""``tokenrouter demo``: start the server, send a short routed workload through the OpenAI API, report, stop."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from trserve.config import ServeConfig, dump_config
+from trserve.server.process import ServerProcess
+from trserve.server.serve import api_key_of
+
+Report = Callable[[str], None]
+
+PROMPTS = (
+    "What is the capital of France?",
+    "Name three primary colors.",
+    "Write one sentence about the sea.",
+    "What is 12 plus 30?",
+    "Give a short tip for staying focused.",
+    "What do bees make?",
+    "Describe a cat in five words.",
+    "Why is the sky blue? Answer briefly.",
+)
+
+
+async def _one(client: httpx.AsyncClient, cfg: ServeConfig, prompt: str, max_tokens: int) -> dict[str, object]:
+    body = {"model": cfg.server.served_model_name, "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens, "temperature": 0.0}  # fmt: skip
+    response = await client.post("/v1/chat/completions", json=body)
+    response.raise_for_status()
+    data: dict[str, object] = response.json()
+    return data
+
+
+async def run_workload(
+    url: str, cfg: ServeConfig, num_requests: int, concurrency: int, max_tokens: int
+) -> tuple[list[dict[str, object]], float]:
+    """Send ``num_requests`` chat requests, ``concurrency`` at a time; returns the answers and the wall time."""
+    limit = asyncio.Semaphore(concurrency)
+
+    async def bounded(client: httpx.AsyncClient, i: int) -> dict[str, object]:
+        async with limit:
+            return await _one(client, cfg, PROMPTS[i % len(PROMPTS)], max_tokens)
+
+    key = api_key_of(cfg)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    started = time.perf_counter()
+    async with httpx.AsyncClient(base_url=url, timeout=600.0, headers=headers) as client:
+        answers = await asyncio.gather(*(bounded(client, i) for i in range(num_requests)))
+    return list(answers), time.perf_counter() - started
+
+
+def _metric_sums(text: str, name: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for model, value in re.findall(rf'^{name}\{{model="([^"]+)"\}} ([0-9.e+-]+)$', text, re.M):
+        out[model] = float(value)
+    return out
+
+
+def run_demo(
+    cfg: ServeConfig,
+    config_path: Path | None,
+    report: Report,
+    *,
+    num_requests: int,
+    concurrency: int,
+    max_tokens: int,
+) -> int:
+    """Run the demo, telling ``report`` each line of its account (lines starting ``error:`` are failures);
+    returns the exit status (0 on success)."""
+    with tempfile.TemporaryDirectory(prefix="tokenrouter-demo-") as tmp:
+        if config_path is None:  # the resolved default, written so the child serves exactly this config
+            config_path = Path(tmp) / "serve.yaml"
+            config_path.write_text(dump_config(cfg))
+        server = ServerProcess(config_path, port=cfg.server.port)
+        return _run(cfg, server, report, num_requests, concurrency, max_tokens)
+
+
+def _run(
+    cfg: ServeConfig, server: ServerProcess, report: Report, num_requests: int, concurrency: int, max_tokens: int
+) -> int:
+    report(f"demo: starting the server ({cfg.mode}, router {cfg.router.program}) ...")
+    started = time.perf_counter()
+    try:
+        server.start(timeout_s=cfg.server.startup_timeout_s)
+    except RuntimeError as exc:
+        report(f"error: {exc}")
+        return 1
+    try:
+        report(f"demo: server ready in {time.perf_counter() - started:.1f} s at {server.url}")
+        answers, wall = asyncio.run(run_workload(server.url, cfg, num_requests, concurrency, max_tokens))
+        metrics = httpx.get(f"{server.url}/metrics", timeout=10).text
+    finally:
+        server.stop()
+    tokens = sum(int(a["usage"]["completion_tokens"]) for a in answers)  # type: ignore[index]
+    report(
+        f"demo: {len(answers)} requests, {tokens} output tokens in {wall:.2f} s = {tokens / wall:.1f} tok/s "
+        f"(concurrency {concurrency})"
+    )
+    by_model = _metric_sums(metrics, "tokenrouter_tokens_total")
+    handoffs = _metric_sums(metrics, "tokenrouter_handoffs_total")
+    for model, count in by_model.items():
+        report(f"demo:   {model}: {count:.0f} tokens committed, {handoffs.get(model, 0):.0f} hand-offs")
+    sample = answers[0]["choices"][0]["message"]["content"]  # type: ignore[index]
+    report(f"demo: sample answer to {PROMPTS[0]!r}: {sample!r}")
+    return 0

@@ -1,0 +1,221 @@
+"""Starting, watching, restarting and stopping the worker processes of one server run.
+
+Each worker is a fresh interpreter (``python -m MODULE RUN_JSON INDEX``) whose placement is fixed before it
+starts: CPU affinity in the child before exec, and the environment vLLM reads at import. A worker that exits
+before it reports ready stops the whole launch with the tail of its log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from trserve.config import RestartConfig
+from trserve.entrypoints import worker_command
+from trserve.frontend.book import FrontEnd
+from trserve.frontend.metrics import Metrics
+from trserve.runtime.messages import Ready, Rewire, Shutdown
+from trserve.runtime.placement import Placement
+from trserve.runtime.runspec import RunSpec
+
+log = logging.getLogger(__name__)
+
+LOG_TAIL_LINES = 30
+
+
+class LaunchError(RuntimeError):
+    """A worker process failed to start; the message carries its exit status and log tail."""
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One worker process: its index (inbox), display name, role (its entry point in
+    :data:`trserve.entrypoints.WORKERS`) and devices."""
+
+    index: int
+    name: str
+    role: str
+    placement: Placement
+
+
+@dataclass
+class Worker:
+    spec: WorkerSpec
+    process: subprocess.Popen[bytes] | None = None
+    generation: int = 0
+    restarts: int = 0
+    pid: int | None = None
+    ready: asyncio.Future[Ready] | None = None
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class Launcher:
+    """Owns the worker processes of one run; ``frontend`` receives their Ready messages."""
+
+    def __init__(
+        self,
+        spec: RunSpec,
+        workers: list[WorkerSpec],
+        log_dir: Path,
+        frontend: FrontEnd,
+        metrics: Metrics,
+        restart: RestartConfig,
+    ) -> None:
+        self.spec = spec
+        self.workers = [Worker(w) for w in workers]
+        self.log_dir = log_dir
+        self.frontend = frontend
+        self.metrics = metrics
+        self.restart = restart
+        self.is_stopping = False
+        self._monitor: asyncio.Task[None] | None = None
+        self.on_restarted: Callable[[int], None] | None = None
+
+    def log_path(self, index: int) -> Path:
+        return self.log_dir / f"{self.workers[index].spec.name}.log"
+
+    def _spawn(self, worker: Worker) -> None:
+        spec = worker.spec
+        self.spec = replace(self.spec, endpoints=self.spec.endpoints.with_generation(spec.index, worker.generation))
+        run_json = self.log_dir / f"run-{spec.index}-g{worker.generation}.json"
+        self.spec.save(run_json)
+        env = {**os.environ, **spec.placement.environment(), "PYTHONUNBUFFERED": "1"}
+        cpus = set(spec.placement.cpus)
+        logf = open(self.log_path(spec.index), "ab")  # noqa: SIM115  (the child keeps it)
+        logf.write(f"--- start {spec.name} generation {worker.generation} at {time.ctime()}\n".encode())
+        logf.flush()
+        worker.process = subprocess.Popen(
+            worker_command(spec.role, str(run_json), str(spec.index)),
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,  # Ctrl-C reaches the front end only, which shuts workers down in order
+            preexec_fn=lambda: os.sched_setaffinity(0, cpus),
+        )
+        logf.close()
+        worker.pid = worker.process.pid
+        # Registered before the worker can answer: a Ready that arrives while we wait for another worker is kept.
+        worker.ready = asyncio.get_running_loop().create_future()
+        self.frontend.ready_waiters[spec.index] = worker.ready
+        self.frontend.connect(spec.index, self.spec.endpoints.inbox(spec.index))
+
+    async def _await_ready(self, workers: list[Worker], timeout_s: float) -> list[Ready]:
+        """Wait until every worker of ``workers`` is ready; the first to exit (or the timeout) raises at once."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        futures = [w.ready for w in workers if w.ready is not None]
+        while not all(f.done() for f in futures):
+            for worker in workers:
+                code = worker.process.poll() if worker.process is not None else None
+                if code is not None and not (worker.ready and worker.ready.done()):
+                    raise LaunchError(self._failure(worker, f"exited with status {code} before it was ready"))
+            if loop.time() > deadline:
+                late = next(w for w in workers if w.ready is not None and not w.ready.done())
+                raise LaunchError(self._failure(late, f"was not ready after {timeout_s:.0f} s"))
+            await asyncio.wait([f for f in futures if not f.done()], timeout=0.2)
+        return [f.result() for f in futures]
+
+    def _failure(self, worker: Worker, what: str) -> str:
+        path = self.log_path(worker.spec.index)
+        return f"worker {worker.spec.name!r} {what}; last lines of {path}:\n{log_tail(path)}"
+
+    async def start_all(self, timeout_s: float) -> list[Ready]:
+        """Start every worker and wait until all are ready; on any failure stop them all and raise."""
+        for worker in self.workers:
+            self._spawn(worker)
+        try:
+            readies = await self._await_ready(self.workers, timeout_s)
+        except BaseException:
+            await self.stop_all()
+            raise
+        for w in self.workers:
+            self.metrics.up.labels(w.spec.name).set(1)
+        self._monitor = asyncio.get_running_loop().create_task(self._watch())
+        return readies
+
+    async def _watch(self) -> None:
+        while not self.is_stopping:
+            await asyncio.sleep(0.2)
+            for worker in self.workers:
+                proc = worker.process
+                if proc is None or self.is_stopping or worker.spec.index in self.frontend.down:
+                    continue
+                code = proc.poll()
+                if code is not None:
+                    await self._on_death(worker, code)
+
+    async def _on_death(self, worker: Worker, code: int) -> None:
+        name = worker.spec.name
+        message = f"model process {name!r} exited unexpectedly (status {code}); see {self.log_path(worker.spec.index)}"
+        log.error("%s", message)
+        self.metrics.up.labels(name).set(0)
+        if not self._may_restart(worker):
+            self.frontend.down[worker.spec.index] = f"{name!r} exited (status {code}); restarts disabled or used up"
+            self.frontend.fail_all(message)
+            return
+        self.frontend.down[worker.spec.index] = f"{name!r} exited unexpectedly and is restarting"
+        self.frontend.fail_all(message)
+        worker.restarts += 1
+        worker.generation += 1
+        self.metrics.restarts.labels(name).inc()
+        self._spawn(worker)
+        try:
+            await self._await_ready([worker], self.spec.config.server.startup_timeout_s)
+        except LaunchError as exc:
+            log.error("%s", exc)
+            where = self.log_path(worker.spec.index)
+            self.frontend.down[worker.spec.index] = f"{name!r} failed to restart; see {where}"
+            return
+        for other in self.workers:  # peers drop their queue for the dead process and talk to the new one
+            if other is not worker and other.spec.index not in self.frontend.down:
+                self.frontend.send(
+                    other.spec.index, Rewire(worker.spec.index, self.spec.endpoints.inbox(worker.spec.index))
+                )
+        del self.frontend.down[worker.spec.index]
+        self.metrics.up.labels(name).set(1)
+        log.info("worker %s restarted (generation %d)", name, worker.generation)
+
+    def _may_restart(self, worker: Worker) -> bool:
+        return self.restart.enabled and worker.restarts < self.restart.max_restarts
+
+    async def stop_all(self, grace_s: float = 10.0) -> None:
+        """Ask every worker to shut down, then terminate and finally kill what is left."""
+        self.is_stopping = True
+        if self._monitor is not None:
+            self._monitor.cancel()
+        live = [w for w in self.workers if w.process is not None and w.process.poll() is None]
+        for w in live:
+            with contextlib.suppress(Exception):
+                self.frontend.send(w.spec.index, Shutdown())
+        await _wait_exit(live, grace_s)
+        for w in live:
+            if w.process is not None and w.process.poll() is None:
+                w.process.terminate()
+        await _wait_exit(live, 5.0)
+        for w in live:
+            if w.process is not None and w.process.poll() is None:
+                w.process.kill()
+                w.process.wait()
+
+
+async def _wait_exit(workers: list[Worker], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if all(w.process is None or w.process.poll() is not None for w in workers):
+            return
+        await asyncio.sleep(0.1)

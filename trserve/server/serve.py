@@ -1,0 +1,144 @@
+"""``tokenrouter serve``: resolve the config, start the worker processes, run the HTTP front end, stop cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from trserve.config import ServeConfig
+from trserve.engine.tokenizer import Tokenizer
+from trserve.frontend.app import ServerContext, create_app
+from trserve.frontend.book import FrontEnd
+from trserve.frontend.metrics import Metrics
+from trserve.runtime.placement import Placement, merge, place_models
+from trserve.runtime.runspec import RunSpec, resolve_model_path
+from trserve.runtime.transport import ActiveCounter, Endpoints
+from trserve.runtime.worker import build_program
+from trserve.server.launch import Launcher, LaunchError, WorkerSpec
+from trserve.server.thresholds import resolve_thresholds
+
+log = logging.getLogger(__name__)
+Report = Callable[[str], None]
+
+
+def resolve(cfg: ServeConfig, run_dir: str, report: Report | None = None) -> tuple[RunSpec, list[WorkerSpec]]:
+    """Everything that can fail on bad input, checked before any process starts (``report``: what ``auto``
+    thresholds chose)."""
+    paths = tuple(resolve_model_path(m.path, f"models.{i}.path") for i, m in enumerate(cfg.models))
+    thresholds = tuple(resolve_thresholds(cfg, paths, report))
+    placements = place_models(list(cfg.models))
+    workers = worker_specs(cfg, placements)
+    endpoints = Endpoints(run_dir, len(workers), (0,) * len(workers))
+    spec = RunSpec(cfg, paths, thresholds, tuple(placements), endpoints)
+    for m in range(cfg.num_models):
+        spec.policy(m)  # validates tables and max batch now, not in a worker
+        build_program(spec, m)  # unknown programs and bad parameters too
+    return spec, workers
+
+
+def worker_specs(cfg: ServeConfig, placements: list[Placement]) -> list[WorkerSpec]:
+    """The processes of a run: one subserver per model (routed); or a driver (lockstep) or dispatcher
+    (per-token) as worker 0 plus one engine-only worker per model (worker ``1 + m`` serves model ``m``)."""
+    if cfg.mode == "routed":
+        return [WorkerSpec(i, m.name, "subserver", placements[i]) for i, m in enumerate(cfg.models)]
+    everything = merge(placements)
+    if cfg.mode == "lockstep":
+        # Models never run at once here, so each engine may use every core the models were given.
+        driver = WorkerSpec(0, "lockstep", "lockstep-driver", everything)
+        role, engine_places = "lockstep-engine", [everything] * len(placements)
+    else:
+        driver = WorkerSpec(0, "dispatcher", "pertoken-dispatcher", everything)
+        role, engine_places = "pertoken-engine", placements
+    engines = [WorkerSpec(1 + i, m.name, role, engine_places[i]) for i, m in enumerate(cfg.models)]
+    return [driver, *engines]
+
+
+def api_key_of(cfg: ServeConfig) -> str | None:
+    return cfg.server.api_key or os.environ.get(cfg.server.api_key_env) or None
+
+
+async def serve(cfg: ServeConfig, report: Report | None = None) -> int:
+    """Run the server until interrupted; returns the exit status (1: a worker failed to start). Progress and
+    failures go to ``report`` (default: this module's log); the CLI prints them."""
+    say = report or log.info
+    import uvicorn
+
+    run_dir = tempfile.mkdtemp(prefix="tokenrouter-")
+    log_dir = Path(cfg.server.log_dir) if cfg.server.log_dir else Path(run_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        spec, workers = resolve(cfg, run_dir, say)
+    except BaseException:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    frontend, metrics, active = start_frontend(cfg, spec, FrontEnd, _entry_process(cfg))
+    launcher = Launcher(spec, workers, log_dir, frontend, metrics, cfg.server.restart)
+    say(f"starting {len(workers)} worker(s) ({cfg.mode}); logs in {log_dir}")
+    try:
+        tokenizer = Tokenizer(spec.model_paths[0])
+        await launcher.start_all(cfg.server.startup_timeout_s)
+    except LaunchError as exc:
+        say(f"error: {exc}")
+        await frontend.close()
+        return 1
+    ctx = ServerContext(cfg, frontend, tokenizer, metrics, api_key_of(cfg))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(ctx),
+            host=cfg.server.host,
+            port=cfg.server.port,
+            log_level="warning",
+            timeout_graceful_shutdown=5,
+        )
+    )
+    announce = asyncio.get_running_loop().create_task(_announce(server, cfg, say))
+    try:
+        await server.serve()
+    finally:
+        announce.cancel()
+        await launcher.stop_all()
+        await frontend.close()
+        active.close()
+        if cfg.server.log_dir:
+            shutil.rmtree(run_dir, ignore_errors=True)
+    return 0
+
+
+def start_frontend(
+    cfg: ServeConfig, spec: RunSpec, frontend_cls: type[FrontEnd], entry: int
+) -> tuple[FrontEnd, Metrics, ActiveCounter]:
+    """A started front end of class ``frontend_cls`` (entry process ``entry``), its metrics and the shared
+    active-request counter it writes."""
+    metrics = Metrics([m.name for m in cfg.models])
+    active = ActiveCounter(spec.endpoints.active_file, writable=True)
+    book = spec.endpoints.address_book()
+    frontend = frontend_cls(
+        book.pop(-1),
+        book,
+        entry=entry,
+        num_models=cfg.num_models,
+        active=active,
+        metrics=metrics,
+        max_active=cfg.server.max_active_requests,
+        max_waiting=cfg.server.max_waiting_requests,
+    )
+    frontend.start()
+    return frontend, metrics, active
+
+
+def _entry_process(cfg: ServeConfig) -> int:
+    return cfg.entry_model if cfg.mode == "routed" else 0
+
+
+async def _announce(server: object, cfg: ServeConfig, say: Report) -> None:
+    while not getattr(server, "started", False):
+        await asyncio.sleep(0.05)
+    sockets = [s for srv in getattr(server, "servers", []) for s in srv.sockets]
+    port = sockets[0].getsockname()[1] if sockets else cfg.server.port
+    names = ", ".join(m.name for m in cfg.models)
+    say(f"serving {cfg.server.served_model_name!r} ({cfg.mode}: {names}) on http://{cfg.server.host}:{port}")

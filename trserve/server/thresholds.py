@@ -1,0 +1,131 @@
+"""The batching thresholds of a run: given in the config, defaulted, or ``auto`` from the throughput model.
+
+``auto`` needs two inputs measured on this machine: a calibration profile per model (step latency as a function
+of batch size and context; ``tokenrouter calibrate`` writes them under
+``calibration/profiles/<hardware tag>/<model>.json``) and routing statistics (P, C: estimated from recorded
+routing traces, e.g. those ``tokenrouter crossval`` writes, or the routing program's own ``P``/``C`` parameters).
+The optimizer's choice is logged at start-up with its inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from trcore.errors import ConfigError
+from trcore.routing_stats import estimate_routing_stats
+from trcore.throughput import ThroughputModel
+from trcore.traces import trace_from_dict
+from trserve.config import ServeConfig
+from trserve.hardware import hardware_tag
+from trsim.profile import latency_from_profile
+from trsim.profile import load_profile as read_profile
+
+log = logging.getLogger(__name__)
+Report = Callable[[str], None]
+
+#: Context length per request at which profile latencies are evaluated (a typical short chat turn).
+TYPICAL_CONTEXT = 256
+REPO_CALIBRATION_DIR = Path(__file__).resolve().parents[1] / "calibration" / "profiles"
+#: Time grid of the throughput model for ``auto``: this fraction of the shortest step (finer grids grow the chain
+#: without changing the optimum; at 1/10 a 16-request optimization takes seconds).
+QUANTUM_FRACTION = 0.1
+
+
+def resolve_thresholds(cfg: ServeConfig, model_paths: Sequence[str] = (), report: Report | None = None) -> list[int]:
+    """One threshold per model (default 1: launch as soon as anything is ready); ``auto`` tells ``report`` (default:
+    this module's log) what it chose and from which inputs."""
+    given = cfg.batching.thresholds
+    if given is None or cfg.mode != "routed":
+        return [1] * cfg.num_models
+    if given == "auto":
+        return auto_thresholds(cfg, report)
+    for i, (b, m) in enumerate(zip(given, cfg.models, strict=True)):
+        if not 1 <= b <= m.max_num_seqs:
+            raise ConfigError(f"batching.thresholds.{i}", f"must be within 1..{m.max_num_seqs} (max_num_seqs), got {b}")
+    return list(given)
+
+
+def profile_path(cfg: ServeConfig, model: int) -> Path:
+    """Where model ``model``'s profile for this machine lives: ``<calibration_dir>/<tag>/<name>.json``."""
+    base = Path(cfg.batching.auto.calibration_dir) if cfg.batching.auto.calibration_dir else REPO_CALIBRATION_DIR
+    return base / hardware_tag() / f"{cfg.models[model].name}.json"
+
+
+def load_profile(cfg: ServeConfig, model: int) -> Any:
+    """Model ``model``'s calibration profile (``trsim.profile.LatencyProfile``), or a ConfigError that says how
+    to make one."""
+
+    path = profile_path(cfg, model)
+    if not path.is_file():
+        raise ConfigError(
+            "batching.thresholds",
+            f"auto needs a calibration profile of model {cfg.models[model].name!r} on this machine "
+            f"({hardware_tag()}), but {path} does not exist; run `tokenrouter calibrate` first, or give the "
+            "thresholds as a list",
+        )
+    return read_profile(path)
+
+
+def profile_latency(profile: Any, batch_size: int, context: int = TYPICAL_CONTEXT) -> float:
+    """Decode-step latency (s) at ``batch_size``, every request holding ``context`` tokens, from the profile's
+    preferred fit."""
+
+    return float(latency_from_profile(profile).predict(batch_size, batch_size * context, 0))
+
+
+def routing_matrices(cfg: ServeConfig) -> tuple[list[list[float]], list[list[float]], str]:
+    """P, C and where they came from: recorded routing traces (JSONL, ``trcore.traces`` format) or the routing
+    program's ``P``/``C`` parameters."""
+    traces = cfg.batching.auto.routing_traces
+    if traces:
+        path = Path(traces)
+        if not path.is_file():
+            raise ConfigError("batching.auto.routing_traces", f"{path} does not exist")
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+        if not lines:
+            raise ConfigError("batching.auto.routing_traces", f"{path} holds no traces")
+        parsed = [trace_from_dict(json.loads(line), cfg.num_models, where=f"{path.name}:{k + 1}") for k, line in
+                  enumerate(lines)]  # fmt: skip
+        # Closed loop: a finished request is replaced by a new one at the entry model.
+        stats = estimate_routing_stats(parsed, cfg.num_models, entry_model=cfg.entry_model)
+        if stats.unvisited:
+            raise ConfigError("batching.auto.routing_traces", f"no step on model(s) {list(stats.unvisited)}")
+        return [list(r) for r in stats.P], [list(r) for r in stats.C], f"{len(parsed)} traces in {path}"
+    params = cfg.router.params
+    if "P" in params:
+        n = cfg.num_models
+        return params["P"], params.get("C") or [[1.0] * n for _ in range(n)], "router.params"
+    raise ConfigError(
+        "batching.auto.routing_traces",
+        "auto thresholds need routing statistics: record traces of this routing program (JSONL, e.g. "
+        "`tokenrouter crossval` writes them) and name the file here",
+    )
+
+
+def auto_thresholds(cfg: ServeConfig, report: Report | None = None) -> list[int]:
+    """B* = argmax of the throughput model at ``batching.auto.concurrency``; reported with its inputs."""
+    profiles = [load_profile(cfg, m) for m in range(cfg.num_models)]
+    P, C, source = routing_matrices(cfg)
+    n = cfg.batching.auto.concurrency
+    caps = [min(cfg.batching.max_batch or m.max_num_seqs, m.max_num_seqs, n) for m in cfg.models]
+    latency = [[profile_latency(p, b) for b in range(1, cap + 1)] for p, cap in zip(profiles, caps, strict=True)]
+    quantum_s = QUANTUM_FRACTION * min(min(table) for table in latency)
+    best = ThroughputModel(P, C, latency, quantum_s=quantum_s, max_batch=caps).optimize(
+        n, min_gain=cfg.batching.auto.min_gain
+    )
+    message = (
+        f"thresholds auto: {list(best.thresholds)} (throughput model: {best.throughput_tok_s:.1f} tok/s at "
+        f"{n} concurrent requests, best of {len(best.candidates)}, min gain {cfg.batching.auto.min_gain:.0%}; "
+        f"P={_fmt(P)} C={_fmt(C)} from {source}; "
+        f"latency at context {TYPICAL_CONTEXT} from {[str(profile_path(cfg, m)) for m in range(cfg.num_models)]})"
+    )
+    (report or log.info)(message)
+    return [int(b) for b in best.thresholds]
+
+
+def _fmt(matrix: Sequence[Sequence[float]]) -> str:
+    return "[" + ", ".join("[" + ", ".join(f"{x:.3g}" for x in row) + "]" for row in matrix) + "]"
