@@ -1,4 +1,4 @@
-"""The fast throughput model against a slow, straightforward one written from DESIGN.md section 4 alone.
+"""The fast throughput model against a slow, straightforward one written from docs/throughput-model.md alone.
 
 The reference walks states one by one as tuples, enumerates multinomial splits from factorials and solves the
 balance equations (one replaced by the normalization) with a plain sparse solve on the closed class. It shares
