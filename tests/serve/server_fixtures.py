@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,3 +99,16 @@ def hash_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     large, small = model_dirs()
     dirs = (large, small)
     yield from start_served(tmp_path_factory.mktemp("hash-server"), server_config(dirs, backend="hash"), dirs)
+
+
+def wait_idle(server: Served, timeout_s: float = 30.0) -> dict:
+    """Poll until no model holds a request and every KV cache is empty again (the idle baseline)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = server.state()
+        idle = state["in_flight"] == 0 and all(
+            w["num_resident"] == 0 and w["kv_usage"] == 0.0 for w in state["workers"]
+        )
+        if idle or time.monotonic() > deadline:
+            return state
+        time.sleep(0.2)

@@ -12,13 +12,13 @@ import typer
 
 from tokenrouter.errors import cli_errors
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 @cli_errors
 def calibrate(
     config: Path | None = typer.Option(None, "--config", "-c", help="Serve config (YAML); default: the local pair."),
-    out: Path = typer.Option(REPO / "calibration" / "profiles", "--out", help="Profiles go in OUT/<hardware-tag>/."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Profiles go in OUT/<hardware-tag>/ [calibration/profiles of the checkout]."
+    ),
     models: str | None = typer.Option(None, "--models", help="Models to profile, by name (default: all)."),
     batch_sizes: str | None = typer.Option(
         None, "--batch-sizes", help="Decode batch sizes, e.g. '1,2,4' [powers of 2 up to the model's max batch]."
@@ -38,6 +38,7 @@ def calibrate(
     from trserve.calibrate.command import CalibrationError, check_request
     from trserve.calibrate.command import calibrate as run
     from trserve.calibrate.plan import grid_from_options
+    from trserve.paths import calibration_dir
 
     chosen = {
         "batch_sizes": _ints(opt, batch_sizes, "--batch-sizes"),
@@ -54,7 +55,16 @@ def calibrate(
     check_request(cfg, grid, names, given)
     try:
         with _ProgressView() as view:
-            written = run(cfg, grid, out, names, hardware_tag, command.strip(), view.on_event, given)
+            written = run(
+                cfg,
+                grid,
+                out or calibration_dir("profiles"),
+                names,
+                hardware_tag,
+                command.strip(),
+                view.on_event,
+                given,
+            )
     except CalibrationError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise typer.Exit(1) from None

@@ -10,7 +10,6 @@ import typer
 
 from tokenrouter.errors import cli_errors
 
-REPO = Path(__file__).resolve().parents[2]
 ROUTER_NAMES = ("markov", "r2r", "rstitch")
 
 
@@ -46,6 +45,7 @@ def crossval(
     from trserve.crossval.predict import load_calibration
     from trserve.crossval.run import run_crossval, write_outputs
     from trserve.hardware import hardware_tag
+    from trserve.paths import calibration_dir
 
     cfg = _load(config, None, None)
     choices = [
@@ -70,10 +70,10 @@ def crossval(
         repeats=repeats,
     )
     tag = hardware_tag()
-    calibration = load_calibration(profiles or REPO / "calibration" / "profiles" / tag, [m.name for m in cfg.models])
+    calibration = load_calibration(profiles or calibration_dir("profiles", tag), [m.name for m in cfg.models])
     typer.echo(f"crossval: {plan.num_cells} cells, about {plan.run_seconds / 60:.1f} min of measurement", err=True)
     doc, traces = run_crossval(cfg, plan, calibration, sim_s, progress=lambda msg: typer.echo(msg, err=True))
-    written = write_outputs(doc, traces, out or REPO / "calibration" / "crossval" / tag, f"Cross-validation on {tag}")
+    written = write_outputs(doc, traces, out or calibration_dir("crossval", tag), f"Cross-validation on {tag}")
     for name, s in doc["summary"].items():
         typer.echo(
             f"{name}: model median {s['model_median_rel_error']:.1%} max {s['model_max_rel_error']:.1%} "

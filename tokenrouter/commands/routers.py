@@ -10,16 +10,15 @@ from pathlib import Path
 import typer
 
 from tokenrouter.errors import cli_errors
-
-REPO = Path(__file__).resolve().parents[2]
+from trserve.paths import PROMPTS_DIR, ROUTERS_DIR
 
 
 @cli_errors
 def train_routers(
     small: Path | None = typer.Option(None, help="Small-model checkpoint (default: the prepared pair)."),
     large: Path | None = typer.Option(None, help="Large-model checkpoint (default: the prepared pair)."),
-    prompts: Path = typer.Option(REPO / "trserve" / "data" / "prompts" / "routing.jsonl", help="JSONL prompts."),
-    out_dir: Path = typer.Option(REPO / "trcore" / "programs" / "routers", help="Where weights and metrics go."),
+    prompts: Path = typer.Option(PROMPTS_DIR / "routing.jsonl", help="JSONL prompts."),
+    out_dir: Path = typer.Option(ROUTERS_DIR, help="Where weights and metrics go."),
     max_new_tokens: int = typer.Option(96, min=1, help="Greedy answer length per prompt."),
     top_k: int = typer.Option(10, min=2, max=20, help="Top-k logprobs the routers read (vLLM must return them)."),
     threads: int = typer.Option(1, min=1, help="torch CPU threads."),

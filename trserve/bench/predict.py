@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from trcore.throughput import OptimizeResult, ThroughputModel
 from trserve.bench.client import metric_delta
+from trserve.paths import calibration_dir
 from trsim.baselines import apply_baseline
 from trsim.build import markov_config
 from trsim.driver import simulate
@@ -27,7 +27,6 @@ from trsim.profile import latency_from_profile, load_profile
 
 Matrix = Sequence[Sequence[float]]
 Tables = Sequence[Sequence[float]]
-REPO = Path(__file__).resolve().parents[2]
 #: Context length (tokens) at which profile latencies are read: prompt plus half of a 32-token answer.
 BENCH_CONTEXT = 24
 #: Time grid of the throughput model: 2 ms keeps N = 16 solvable in seconds (latencies here are 25-85 ms).
@@ -94,7 +93,7 @@ def profile_table(model_name: str, tag: str, max_batch: int, extend: float = 0.0
     at the bench's context length with ``extend`` tokens per request fed beyond the decode token (re-admission
     recomputes the partial last KV block: on average half a block); None when no profile is committed."""
 
-    for base in (REPO / "calibration" / "profiles" / tag, REPO / "calibration" / tag):
+    for base in (calibration_dir("profiles", tag), calibration_dir(tag)):
         path = base / f"{model_name}.json"
         if path.is_file():
             model = latency_from_profile(load_profile(path))

@@ -21,6 +21,7 @@ from trcore.throughput import ThroughputModel
 from trcore.traces import trace_from_dict
 from trserve.config import ServeConfig
 from trserve.hardware import hardware_tag
+from trserve.paths import calibration_dir
 from trsim.profile import latency_from_profile
 from trsim.profile import load_profile as read_profile
 
@@ -29,7 +30,6 @@ Report = Callable[[str], None]
 
 #: Context length per request at which profile latencies are evaluated (a typical short chat turn).
 TYPICAL_CONTEXT = 256
-REPO_CALIBRATION_DIR = Path(__file__).resolve().parents[1] / "calibration" / "profiles"
 #: Time grid of the throughput model for ``auto``: this fraction of the shortest step (finer grids grow the chain
 #: without changing the optimum; at 1/10 a 16-request optimization takes seconds).
 QUANTUM_FRACTION = 0.1
@@ -51,7 +51,8 @@ def resolve_thresholds(cfg: ServeConfig, model_paths: Sequence[str] = (), report
 
 def profile_path(cfg: ServeConfig, model: int) -> Path:
     """Where model ``model``'s profile for this machine lives: ``<calibration_dir>/<tag>/<name>.json``."""
-    base = Path(cfg.batching.auto.calibration_dir) if cfg.batching.auto.calibration_dir else REPO_CALIBRATION_DIR
+    given = cfg.batching.auto.calibration_dir
+    base = Path(given) if given else calibration_dir("profiles")
     return base / hardware_tag() / f"{cfg.models[model].name}.json"
 
 

@@ -9,9 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.serve.engine_support import model_dirs, sample_prompts
-from tests.serve.server_fixtures import Served, server_config, start_served
-from tests.serve.test_server_api import wait_idle
-from tests.serve.test_server_correctness import SCHEDULES, ask, next_token_for, reference
+from tests.serve.server.test_correctness import SCHEDULES, ask, next_token_for, reference
+from tests.serve.server_fixtures import Served, server_config, start_served, wait_idle
 
 pytestmark = pytest.mark.serve
 

@@ -133,7 +133,7 @@ def test_engines_compute_only_the_signals_their_routing_program_reads(tmp_path, 
 def test_shipped_default_yaml_is_the_embedded_default():
     from pathlib import Path
 
-    shipped = Path(__file__).resolve().parents[2] / "configs" / "default.yaml"
+    shipped = Path(__file__).resolve().parents[3] / "configs" / "default.yaml"
     assert load_config(shipped) == default_config()
 
 

@@ -8,8 +8,7 @@ import time
 import psutil
 import pytest
 
-from tests.serve.server_fixtures import MODEL, Served
-from tests.serve.test_server_api import wait_idle
+from tests.serve.server_fixtures import MODEL, Served, wait_idle
 
 pytestmark = pytest.mark.serve
 

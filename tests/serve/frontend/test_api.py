@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import httpx
 import openai
 import pytest
 
-from tests.serve.server_fixtures import API_KEY, MAX_BODY, MAX_MODEL_LEN, MODEL, Served
+from tests.serve.server_fixtures import API_KEY, MAX_BODY, MAX_MODEL_LEN, MODEL, Served, wait_idle
 
 pytestmark = pytest.mark.serve
 
@@ -26,19 +25,6 @@ def server(request: pytest.FixtureRequest) -> Served:
 
 def oai(server: Served) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0)
-
-
-def wait_idle(server: Served, timeout_s: float = 30.0) -> dict:
-    """Poll until no model holds a request and every KV cache is empty again (the idle baseline)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        state = server.state()
-        idle = state["in_flight"] == 0 and all(
-            w["num_resident"] == 0 and w["kv_usage"] == 0.0 for w in state["workers"]
-        )
-        if idle or time.monotonic() > deadline:
-            return state
-        time.sleep(0.2)
 
 
 def test_openai_client_completions_chat_and_streams(server: Served):

@@ -1,5 +1,6 @@
 """Killing a subserver: its in-flight requests fail with 503 and a clear message; new requests are refused with
-503 + Retry-After while it restarts, then served again. (Runs last: it disturbs the shared servers.)"""
+503 + Retry-After while it restarts, then served again. Marked ``disruptive``: it kills processes of the shared
+servers, so ``tests/serve/conftest.py`` runs it after every other test."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from tests.serve.server_fixtures import MODEL, Served
 
-pytestmark = pytest.mark.serve
+pytestmark = [pytest.mark.serve, pytest.mark.disruptive]
 
 LONG = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 400, "temperature": 0, "ignore_eos": True,
         "routing_extra": {"handoff_prob": 0.5}}  # fmt: skip
