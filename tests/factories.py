@@ -71,8 +71,10 @@ def make_subserver(
 # --- Deterministic fake models and a synchronous multi-model loop (anchor and trace tests) -------------------
 
 
-class HashEngine:
-    """A deterministic stand-in for model ``model``: its next-token distribution is a hash of (model, the full
+class HashModel:
+    """The core tests' stand-in model: ``step(batch) -> StepResult`` at the level of ``trcore`` (no engine items;
+    the serving stand-in implementing the engine protocol is ``trserve.engine.hash.HashEngine``). It is a
+    deterministic stand-in for model ``model``: its next-token distribution is a hash of (model, the full
     sequence it has consumed). It keeps its own "KV cache" per request, built only from the suffixes it is fed
     (``token_ids[anchor:]``), so a wrong anchor shows up as a wrong token, as it would in a real engine."""
 
@@ -103,7 +105,7 @@ class HashEngine:
 def run_system(
     programs: Sequence[RoutingProgram],
     arrivals: Sequence[PeerReq],
-    engines: Sequence[HashEngine],
+    engines: Sequence[HashModel],
     thresholds: Sequence[int] | None = None,
     max_wait_s: float | None = None,
     max_steps: int = 100_000,
@@ -144,7 +146,7 @@ def run_system(
 
 
 def reference_run(
-    engines: Sequence[HashEngine],
+    engines: Sequence[HashModel],
     prompt: Sequence[int],
     decisions: Sequence[tuple[int, bool]],
     max_tokens: int,

@@ -8,7 +8,7 @@ sequence with no anchors produces under the same decisions, dropped tokens regen
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.factories import HashEngine, ScriptedProgram, make_arrival, reference_run, run_system
+from tests.factories import HashModel, ScriptedProgram, make_arrival, reference_run, run_system
 from trcore import is_feasible
 
 STOP = frozenset({0})
@@ -41,7 +41,7 @@ def scenarios(draw):
 @given(scenarios())
 def test_committed_sequence_matches_single_model_reference(scenario):
     num_models, requests, thresholds = scenario
-    engines = [HashEngine(m) for m in range(num_models)]
+    engines = [HashModel(m) for m in range(num_models)]
     script = {f"r{i}": list(decisions) for i, (_, _, decisions, _) in enumerate(requests)}
     programs = [ScriptedProgram(m, num_models, script) for m in range(num_models)]  # one shared script
     arrivals = [
@@ -61,7 +61,7 @@ def test_committed_sequence_matches_single_model_reference(scenario):
 def test_engine_cache_equals_sequence_after_many_handoffs():
     """The fake engines' caches (fed only unseen suffixes) end up exactly the committed prefix they consumed."""
     decisions = [(1, False), (0, True), (1, True), (1, True), (0, False), (0, True), (1, True), (0, True)] * 3
-    engines = [HashEngine(m) for m in range(2)]
+    engines = [HashModel(m) for m in range(2)]
     script = {"r0": list(decisions)}
     programs = [ScriptedProgram(m, 2, script) for m in range(2)]
     prompt = (5, 6, 7)
@@ -77,7 +77,7 @@ def test_engine_cache_equals_sequence_after_many_handoffs():
 def test_wrong_anchor_is_detected():
     """The harness can fail: an engine fed one token too many (a stale anchor) diverges from the reference."""
     decisions = [(1, True), (0, True)] * 5
-    engines = [HashEngine(m) for m in range(2)]
+    engines = [HashModel(m) for m in range(2)]
 
     class StaleAnchorProgram(ScriptedProgram):
         def receive(self, request, peer_req):

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.factories import HashEngine, make_arrival, reference_run, run_system
+from tests.factories import HashModel, make_arrival, reference_run, run_system
 from trcore import PROGRAMS, TraceReplayRouter
 from trcore.programs import random_router
 from trcore.traces import replay_decisions, trace_from_dict, trace_to_dict, traces_from_events
@@ -29,7 +29,7 @@ def build(name):
 
 
 def run(programs, num_models, thresholds=None):
-    engines = [HashEngine(m) for m in range(num_models)]
+    engines = [HashModel(m) for m in range(num_models)]
     arrivals = [make_arrival(f"r{i}", p, MAX_TOKENS, num_models) for i, p in enumerate(PROMPTS)]
     outputs, subs = run_system(programs, arrivals, engines, thresholds, max_wait_s=2.0)
     events = [e for sub in subs for e in sub.trace]

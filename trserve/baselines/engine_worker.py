@@ -10,8 +10,8 @@ import logging
 import os
 import sys
 import time
-from typing import Any
 
+from trserve.engine.types import Engine, EngineStepError, StepItem
 from trserve.runtime.loop import rss_bytes
 from trserve.runtime.messages import Abort, Probe, Ready, Release, Rewire, Shutdown, State, StepCall, StepReply
 from trserve.runtime.runspec import RunSpec
@@ -22,11 +22,11 @@ log = logging.getLogger(__name__)
 DRIVER = 0
 
 
-def step_reply(engine: Any, make_item: Any, step_error: type[Exception], call: StepCall) -> StepReply:
+def step_reply(engine: Engine, call: StepCall) -> StepReply:
     started = time.perf_counter()
     try:
-        outs = engine.step([make_item(rid, tokens, sampling) for rid, tokens, sampling in call.items])
-    except step_error as exc:
+        outs = engine.step([StepItem(rid, tokens, sampling) for rid, tokens, sampling in call.items])
+    except EngineStepError as exc:
         return StepReply(call.call_id, [], 0.0, engine.kv_usage(), error=str(exc))
     step_s = time.perf_counter() - started
     outputs = [(int(o.token_id), dict(o.top_logprobs), o.entropy) for o in outs]
@@ -35,7 +35,7 @@ def step_reply(engine: Any, make_item: Any, step_error: type[Exception], call: S
 
 def run(spec: RunSpec, index: int) -> None:
     model = index - 1
-    engine, make_item, step_error = start_engine(spec, model)
+    engine = start_engine(spec, model)
     try:
         mailbox = spec.endpoints.mailbox(index)
         mailbox.send(FRONTEND, Ready(index, os.getpid(), engine.kv_usage(), tuple(sorted(engine.available_signals))))
@@ -44,7 +44,7 @@ def run(spec: RunSpec, index: int) -> None:
         while os.getppid() == parent:
             for msg in mailbox.receive_all(1.0):
                 if isinstance(msg, StepCall):
-                    mailbox.send(DRIVER, step_reply(engine, make_item, step_error, msg))
+                    mailbox.send(DRIVER, step_reply(engine, msg))
                     num_steps += 1
                 elif isinstance(msg, Release | Abort):
                     for rid in msg.request_ids if isinstance(msg, Release) else [msg.request_id]:

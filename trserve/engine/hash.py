@@ -11,21 +11,14 @@ import hashlib
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+
+from trserve.engine.types import StepItem, TokenOut
 
 #: Tokens are drawn from this range of ids (ordinary text tokens of the SmolLM2 vocabulary).
 TOKEN_RANGE = (200, 10_000)
 
 
-@dataclass(frozen=True)
-class HashTokenOut:
-    token_id: int
-    top_logprobs: dict[int, float]
-    entropy: float
-
-
-def hash_next(model: int, seq: Sequence[int]) -> HashTokenOut:
+def hash_next(model: int, seq: Sequence[int]) -> TokenOut:
     """Model ``model``'s (greedy) next token after the sequence ``seq``, with top-2 logprobs and entropy."""
     digest = hashlib.blake2b(repr((model, list(seq))).encode(), digest_size=16).digest()
     lo, hi = TOKEN_RANGE
@@ -36,13 +29,12 @@ def hash_next(model: int, seq: Sequence[int]) -> HashTokenOut:
     if runner_up != token:
         top[runner_up] = math.log(1 - p)
     entropy = -sum(math.exp(lp) * lp for lp in top.values())
-    return HashTokenOut(token, top, entropy)
+    return TokenOut(token, top, entropy, top[token])
 
 
 class HashEngine:
-    """Same surface as ``trserve.engine.step_engine.StepEngine``: ``step``, ``release``, ``kv_usage``, ``close``.
-
-    ``step_s`` sleeps per step (to give steps a duration); ``capacity_tokens`` scales :meth:`kv_usage`."""
+    """An :class:`~trserve.engine.types.Engine` without a model: ``step_s`` sleeps per step (to give steps a
+    duration); ``capacity_tokens`` scales :meth:`kv_usage`."""
 
     available_signals = frozenset({"token_ids", "top_logprobs", "entropy"})
 
@@ -52,7 +44,7 @@ class HashEngine:
         self.capacity_tokens = capacity_tokens
         self.kv: dict[str, list[int]] = {}
 
-    def step(self, items: list[Any]) -> list[HashTokenOut]:
+    def step(self, items: Sequence[StepItem]) -> list[TokenOut]:
         if self.step_s:
             time.sleep(self.step_s)
         outs = []
@@ -62,7 +54,7 @@ class HashEngine:
             outs.append(self._next(cache))
         return outs
 
-    def _next(self, cache: list[int]) -> HashTokenOut:
+    def _next(self, cache: list[int]) -> TokenOut:
         return hash_next(self.model, cache)
 
     def release(self, request_id: str) -> None:

@@ -10,20 +10,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import pickle
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import zmq
-import zmq.asyncio
-
 from trcore import PeerReq, RequestSpec
 from trserve.frontend.generation import Generation
 from trserve.frontend.metrics import Metrics
 from trserve.runtime.messages import Abort, Failed, Finished, Probe, Ready, State, StepReport
-from trserve.runtime.transport import ActiveCounter
+from trserve.runtime.transport import ActiveCounter, AsyncMailbox
 
 log = logging.getLogger(__name__)
 
@@ -69,14 +65,7 @@ class FrontEnd:
         self.down: dict[int, str] = {}
         self.ready_waiters: dict[int, asyncio.Future[Ready]] = {}
         self.on_ready: Callable[[Ready], None] | None = None
-        self._ctx = zmq.Context()
-        self._actx = zmq.asyncio.Context()
-        self._inbox = self._actx.socket(zmq.PULL)
-        self._inbox.setsockopt(zmq.LINGER, 0)
-        self._inbox.bind(inbox_address)
-        self._outboxes: dict[int, zmq.Socket[Any]] = {}
-        for proc, address in inboxes.items():
-            self.connect(proc, address)
+        self.mailbox = AsyncMailbox(inbox_address, inboxes)
         self._probes: dict[int, tuple[asyncio.Future[list[State]], int]] = {}
         self._probe_states: dict[int, list[State]] = {}
         self._tokens = itertools.count()
@@ -86,20 +75,13 @@ class FrontEnd:
 
     def connect(self, proc: int, address: str) -> None:
         """(Re)connect the outbox of process ``proc``; anything queued for a previous incarnation is dropped."""
-        old = self._outboxes.pop(proc, None)
-        if old is not None:
-            old.close(linger=0)
-        sock = self._ctx.socket(zmq.PUSH)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.SNDHWM, 0)
-        sock.connect(address)
-        self._outboxes[proc] = sock
+        self.mailbox.rewire(proc, address)
 
     def send(self, proc: int, message: Any) -> None:
-        self._outboxes[proc].send(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL), zmq.NOBLOCK)
+        self.mailbox.send(proc, message)
 
     def broadcast(self, message: Any) -> None:
-        for proc in self._outboxes:
+        for proc in self.mailbox.destinations:
             if proc not in self.down:
                 self.send(proc, message)
 
@@ -109,9 +91,7 @@ class FrontEnd:
     async def close(self) -> None:
         if self._receiver is not None:
             self._receiver.cancel()
-        for sock in self._outboxes.values():
-            sock.close(linger=0)
-        self._inbox.close(linger=0)
+        self.mailbox.close()
 
     # -- admission --------------------------------------------------------------------------------------------
 
@@ -188,7 +168,7 @@ class FrontEnd:
 
     async def _receive_forever(self) -> None:
         while True:
-            msg = pickle.loads(await self._inbox.recv())
+            msg = await self.mailbox.receive()
             try:
                 self.handle(msg)
             except Exception:  # one bad message must not stop the front end
@@ -244,7 +224,7 @@ class FrontEnd:
     async def probe(self, timeout_s: float = 5.0, detail: bool = False) -> list[State]:
         """Ask every live process for its state (resident requests, KV usage, memory)."""
         token = next(self._tokens)
-        live = [p for p in self._outboxes if p not in self.down]
+        live = [p for p in self.mailbox.destinations if p not in self.down]
         if not live:
             return []
         fut: asyncio.Future[list[State]] = asyncio.get_running_loop().create_future()

@@ -11,11 +11,12 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from trcore import CLIENT, Batch, PeerReq, Request, StepResult, Subserver
+from trserve.engine.types import Engine, EngineStepError, StepItem
 from trserve.runtime.messages import Abort, Failed, Finished, Probe, Rewire, Shutdown, State, StepReport
 from trserve.runtime.transport import FRONTEND
 
@@ -28,14 +29,6 @@ IDLE_POLL_S = 1.0
 RECHECK_S = 0.005
 #: How long a request id stays remembered after an abort, so late hand-offs for it are dropped.
 TOMBSTONE_S = 600.0
-
-
-class Engine(Protocol):
-    """What the loop needs from an engine (``trserve.engine.step_engine.StepEngine`` provides it)."""
-
-    def step(self, items: list[Any]) -> list[Any]: ...
-    def release(self, request_id: str) -> None: ...
-    def kv_usage(self) -> float: ...
 
 
 class Outbox(Protocol):
@@ -53,29 +46,25 @@ class LoopStats:
 class SubserverLoop:
     """Runs one model: ``run()`` returns after a :class:`Shutdown` message or when the parent process dies.
 
-    ``make_item(request_id, new_token_ids, sampling)`` builds the engine's per-request step input;
     ``read_active()`` gives the system-wide active-request count (threshold tables). A step that raises
-    ``step_error`` fails only its batch's requests; any other exception ends the process."""
+    :class:`~trserve.engine.types.EngineStepError` fails only its batch's requests; any other exception ends
+    the process."""
 
     def __init__(
         self,
         sub: Subserver,
         engine: Engine,
         mailbox: Outbox,
-        make_item: Callable[[str, list[int], Mapping[str, Any]], Any],
         read_active: Callable[[], int] = lambda: 0,
         clock: Callable[[], float] = time.monotonic,
         idle_poll_s: float = IDLE_POLL_S,
-        step_error: type[Exception] = RuntimeError,
     ) -> None:
         self.sub = sub
         self.engine = engine
         self.mailbox = mailbox
-        self.make_item = make_item
         self.read_active = read_active
         self.clock = clock
         self.idle_poll_s = idle_poll_s
-        self.step_error = step_error
         self.stats = LoopStats()
         self.is_stopping = False
         self._tombstones: dict[str, float] = {}
@@ -156,12 +145,12 @@ class SubserverLoop:
     # -- one step ---------------------------------------------------------------------------------------------
 
     def _step(self, batch: Batch) -> None:
-        items = [self.make_item(r.request_id, unseen_tokens(r, self.model), r.spec.sampling) for r in batch.requests]
+        items = [StepItem(r.request_id, unseen_tokens(r, self.model), r.spec.sampling) for r in batch.requests]
         outputs_before = [r.num_output_tokens for r in batch.requests]
         started = time.perf_counter()
         try:
             outs = self.engine.step(items)
-        except self.step_error as exc:  # this batch cannot run (the engine released it); keep serving the rest
+        except EngineStepError as exc:  # this batch cannot run (the engine released it); keep serving the rest
             self._fail_batch(batch, f"model {self.model} could not step the request: {exc}")
             return
         step_s = time.perf_counter() - started

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import zmq
+import zmq.asyncio
 
 #: Inbox key of the front end in an address book (model inboxes use the model index).
 FRONTEND = -1
@@ -62,6 +63,16 @@ class Endpoints:
         return Mailbox(book.pop(index), book)
 
 
+def encode(message: Any) -> bytes:
+    """A message as bytes on the wire (the only place the wire format is chosen)."""
+    return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def decode(data: bytes) -> Any:
+    """The message :func:`encode` wrote."""
+    return pickle.loads(data)
+
+
 def _push_socket(ctx: zmq.Context[Any], address: str) -> zmq.Socket[Any]:
     sock = ctx.socket(zmq.PUSH)
     sock.setsockopt(zmq.LINGER, 0)  # a closed outbox drops what a dead peer never took
@@ -70,9 +81,36 @@ def _push_socket(ctx: zmq.Context[Any], address: str) -> zmq.Socket[Any]:
     return sock
 
 
+class Outboxes:
+    """One PUSH socket per peer process, keyed by its index (the front end: :data:`FRONTEND`). ``flags`` go with
+    every send (the front end's event loop sends with ``zmq.NOBLOCK``)."""
+
+    def __init__(self, ctx: zmq.Context[Any], peers: Mapping[int, str], flags: int = 0) -> None:
+        self.ctx, self.flags = ctx, flags
+        self.sockets = {dest: _push_socket(ctx, address) for dest, address in peers.items()}
+
+    @property
+    def destinations(self) -> list[int]:
+        return list(self.sockets)
+
+    def send(self, dest: int, message: Any) -> None:
+        self.sockets[dest].send(encode(message), self.flags)
+
+    def rewire(self, dest: int, address: str) -> None:
+        """Point the outbox for ``dest`` at a new inbox (the peer restarted); queued messages are dropped."""
+        old = self.sockets.pop(dest, None)
+        if old is not None:
+            old.close(linger=0)
+        self.sockets[dest] = _push_socket(self.ctx, address)
+
+    def close(self) -> None:
+        for sock in self.sockets.values():
+            sock.close(linger=0)
+
+
 @dataclass
 class Mailbox:
-    """A blocking mailbox for a subserver process: one inbox, an outbox per peer."""
+    """A blocking mailbox for a worker process: one inbox, an outbox per peer."""
 
     inbox_address: str
     peers: Mapping[int, str]
@@ -82,17 +120,10 @@ class Mailbox:
         self.inbox = self.ctx.socket(zmq.PULL)
         self.inbox.setsockopt(zmq.LINGER, 0)
         self.inbox.bind(self.inbox_address)
-        self.outboxes = {dest: _push_socket(self.ctx, addr) for dest, addr in self.peers.items()}
+        self.outboxes = Outboxes(self.ctx, self.peers)
+        self.send, self.rewire = self.outboxes.send, self.outboxes.rewire
         self.poller = zmq.Poller()
         self.poller.register(self.inbox, zmq.POLLIN)
-
-    def send(self, dest: int, message: Any) -> None:
-        self.outboxes[dest].send(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
-
-    def rewire(self, dest: int, address: str) -> None:
-        """Point the outbox for ``dest`` at a new inbox (the peer restarted); queued messages are dropped."""
-        self.outboxes[dest].close(linger=0)
-        self.outboxes[dest] = _push_socket(self.ctx, address)
 
     def receive_all(self, timeout_s: float | None) -> list[Any]:
         """Wait up to ``timeout_s`` (None: forever) for a message, then take every message already queued."""
@@ -102,13 +133,36 @@ class Mailbox:
         out = []
         while True:
             try:
-                out.append(pickle.loads(self.inbox.recv(zmq.NOBLOCK)))
+                out.append(decode(self.inbox.recv(zmq.NOBLOCK)))
             except zmq.Again:
                 return out
 
     def close(self) -> None:
-        for sock in self.outboxes.values():
-            sock.close(linger=0)
+        self.outboxes.close()
+        self.inbox.close(linger=0)
+
+
+class AsyncMailbox:
+    """The front end's mailbox: the same outboxes, and an inbox read on an asyncio loop."""
+
+    def __init__(self, inbox_address: str, peers: Mapping[int, str]) -> None:
+        self._actx = zmq.asyncio.Context()
+        self.inbox = self._actx.socket(zmq.PULL)
+        self.inbox.setsockopt(zmq.LINGER, 0)
+        self.inbox.bind(inbox_address)
+        self.outboxes = Outboxes(zmq.Context(), peers, zmq.NOBLOCK)
+        self.send, self.rewire = self.outboxes.send, self.outboxes.rewire
+
+    @property
+    def destinations(self) -> list[int]:
+        return self.outboxes.destinations
+
+    async def receive(self) -> Any:
+        """The next message."""
+        return decode(await self.inbox.recv())
+
+    def close(self) -> None:
+        self.outboxes.close()
         self.inbox.close(linger=0)
 
 

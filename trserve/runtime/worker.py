@@ -21,7 +21,7 @@ from typing import Any
 from trcore import PROGRAMS, RoutingProgram, Subserver, check_signals
 from trserve.engine.hash import HashEngine
 from trserve.engine.step_engine import StepEngine
-from trserve.engine.types import EngineConfig, EngineStepError, StepItem
+from trserve.engine.types import Engine, EngineConfig
 from trserve.runtime.loop import SubserverLoop
 from trserve.runtime.messages import Ready
 from trserve.runtime.runspec import RunSpec
@@ -77,20 +77,11 @@ def engine_config(spec: RunSpec, model: int, **overrides: Any) -> Any:
     return EngineConfig(**{k: v for k, v in values.items() if k in known})
 
 
-@dataclasses.dataclass(frozen=True)
-class HashStepItem:
-    request_id: str
-    new_token_ids: list[int]
-    sampling: Any
-
-
-def start_engine(spec: RunSpec, model: int, **overrides: Any) -> tuple[Any, Any, type[Exception]]:
-    """The model's engine (``overrides``: engine settings), its step-item constructor and the error a failed
-    step raises."""
+def start_engine(spec: RunSpec, model: int, **overrides: Any) -> Engine:
+    """The model's engine, as the config's backend says (``overrides``: engine settings)."""
     if spec.config.backend == "hash":
-        return HashEngine(model, step_s=0.005), HashStepItem, RuntimeError
-
-    return StepEngine(engine_config(spec, model, **overrides)), StepItem, EngineStepError
+        return HashEngine(model, step_s=0.005)
+    return StepEngine(engine_config(spec, model, **overrides))
 
 
 def _die_with_parent() -> None:
@@ -112,13 +103,13 @@ def run(
     """Start model ``model`` and serve until shutdown; ``loop_cls`` and ``engine_overrides`` let a variant
     (crossval) extend the loop and the engine's settings."""
     program = build_program(spec, model)
-    engine, make_step_item, step_error = start_engine(spec, model, **(engine_overrides or {}))
+    engine = start_engine(spec, model, **(engine_overrides or {}))
     try:
         check_signals(program, engine.available_signals)
         mailbox = spec.endpoints.mailbox(model)
         active = ActiveCounter(spec.endpoints.active_file)
         sub = Subserver(program, spec.policy(model))
-        loop = loop_cls(sub, engine, mailbox, make_step_item, read_active=active.read, step_error=step_error)
+        loop = loop_cls(sub, engine, mailbox, read_active=active.read)
         signals = tuple(sorted(engine.available_signals))
         mailbox.send(FRONTEND, Ready(model, os.getpid(), engine.kv_usage(), signals))
         log.info("model %d (%s) ready: policy %s", model, spec.config.models[model].name, sub.policy)

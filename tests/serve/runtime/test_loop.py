@@ -10,7 +10,6 @@ from trserve.frontend.generation import Generation
 from trserve.runtime.loop import SubserverLoop
 from trserve.runtime.messages import Abort, Probe, State, StepReport
 from trserve.runtime.transport import FRONTEND, ActiveCounter, Endpoints, Mailbox
-from trserve.runtime.worker import HashStepItem
 
 
 def reference(prompt, rid, schedule, prob, max_tokens, seed=0):
@@ -45,7 +44,7 @@ class System:
             peers = {k: v for k, v in book.items() if k != m}
             sub = Subserver(ScheduleProgram(m, 2), BatchingPolicy(threshold=threshold, max_wait_s=0.001))
             self.loops.append(
-                SubserverLoop(sub, self.engines[m], Mailbox(book[m], peers), HashStepItem, reader.read, idle_poll_s=0.0)
+                SubserverLoop(sub, self.engines[m], Mailbox(book[m], peers), reader.read, idle_poll_s=0.0)
             )
         self.outputs, self.reports = {}, []
 
