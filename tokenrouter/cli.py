@@ -49,6 +49,11 @@ def _register() -> None:
 
     app.command("bench")(bench.bench)
 
+    from tokenrouter.commands import plan
+
+    app.command("latency")(plan.latency)
+    app.command("plan")(plan.plan)
+
 
 _register()
 

@@ -118,10 +118,13 @@ class StepCost:
 
     @property
     def bound(self) -> str:
-        """``memory`` or ``compute``: which roof the step is closest to (``overhead`` when fixed costs dominate)."""
-        if self.overhead_s + self.comm_s > self.linear_s + self.attention_s:
-            return "overhead"
+        """``memory`` or ``compute``: the roof the step's kernels are closest to."""
         return "memory" if self.memory_s >= self.compute_s else "compute"
+
+    @property
+    def is_overhead_dominated(self) -> bool:
+        """Fixed costs and all-reduces take longer than the kernels themselves (small models, small batches)."""
+        return self.overhead_s + self.comm_s > self.linear_s + self.attention_s
 
 
 @register_latency_model("roofline")

@@ -1,0 +1,103 @@
+"""Placements and `tokenrouter plan` / `tokenrouter latency`: memory fit, decomposition, JSON, bad input."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from tokenrouter.cli import app
+from trsim.lengths import constant
+from trsim.placement import Placement, kv_capacity_tokens, latency_models, placements
+from trsim.plan import PlanConfig, closed_loop, feasible, max_rate
+from trsim.workload import WorkloadConfig
+
+runner = CliRunner()
+R2R = {"small": "DeepSeek-R1-Distill-Qwen-1.5B", "large": "DeepSeek-R1-Distill-Qwen-32B"}
+P = ((0.65, 0.35), (1.0, 0.0))
+C = ((1.0, 0.0), (1.0, 0.0))
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def test_placements_use_at_most_the_gpus_given():
+    found = list(placements(8, 2))
+    assert all(p.num_gpus <= 8 for p in found)
+    assert Placement((2, 2), 2, False) in found and Placement((4, 4), 2, True) in found
+    assert Placement((4, 4), 2, False) not in found
+
+
+def test_32b_does_not_fit_one_l40s_and_colocation_splits_memory():
+    cfg = PlanConfig("l40s", 8, R2R, P, C)
+    assert all(p.tp[1] >= 2 for p in feasible(cfg))
+    sep, coloc = Placement((2, 2), 1, False), Placement((2, 2), 1, True)
+    assert kv_capacity_tokens(coloc, latency_models(coloc, "a100-80g", R2R)) < kv_capacity_tokens(
+        sep, latency_models(sep, "a100-80g", R2R)
+    )
+
+
+def test_colocated_models_run_slower_than_alone():
+    alone = latency_models(Placement((2, 2), 1, False), "a100-80g", R2R)
+    shared = latency_models(Placement((2, 2), 1, True), "a100-80g", R2R)
+    assert all(s.predict(8, 8192, 0) > a.predict(8, 8192, 0) for s, a in zip(shared, alone, strict=True))
+
+
+def test_replicas_multiply_one_pipelines_throughput():
+    cfg = PlanConfig("a100-80g", 8, R2R, P, C, concurrencies=(8,), thresholds=((1, 1),))
+    one = closed_loop(cfg, Placement((1, 2), 1, False))["points"][0]["throughput_tok_s"]
+    two = closed_loop(PlanConfig("a100-80g", 8, R2R, P, C, concurrencies=(16,), thresholds=((1, 1),)),
+                      Placement((1, 2), 2, False))["points"][0]["throughput_tok_s"]  # fmt: skip
+    assert two == pytest.approx(2 * one)
+
+
+def test_max_rate_meets_the_slo_and_the_next_rate_up_does_not():
+    short = WorkloadConfig(prompt_tokens=constant(32), output_tokens=constant(24))
+    cfg = PlanConfig("h100-sxm", 2, {"s": "Qwen3-0.6B", "l": "Qwen3-4B"}, P, C, workload=short, slo_tpot_ms=15.0,
+                     slo_ttft_ms=200.0, open_run_s=2.0, bisection_steps=3)  # fmt: skip
+    found = max_rate(cfg, Placement((1, 1), 2, False), guess_rps=20.0)
+    lo, hi = found["rate_bracket_rps"]
+    assert found["max_rate_rps"] == lo > 0 and hi > lo
+    assert found["at_max"]["meets_slo"] and found["at_max"]["tpot_p99_ms"] <= 15.0
+    assert found["at_max"]["rate_rps"] * 2 == pytest.approx(lo)  # two replicas, each at the bisected rate
+
+
+def test_latency_command_prints_step_ms_and_bound():
+    result = run("latency", "--hardware", "a100-80g", "--shape", "DeepSeek-R1-Distill-Qwen-32B", "--tp", "1",
+                 "--batch", "1", "--context", "1024", "--json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["bound"] == "memory" and out["step_ms"] > out["floor_ms"] > 30
+
+
+def test_plan_writes_placements_best_json_and_plot(tmp_path):
+    result = run("plan", "--hardware", "h100-sxm", "--gpus", "2", "--models", "small=Qwen3-0.6B,large=Qwen3-4B",
+                 "--concurrency", "4,8", "--thresholds", "1,1;2,1", "--open-loop-top", "0",
+                 "--workers", "1", "--out", tmp_path, "--json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    assert (tmp_path / "plan.png").stat().st_size > 0 and json.loads((tmp_path / "plan.json").read_text())
+    first = plan["placements"][0]
+    for key in ("gpus", "tp", "replicas", "threshold"):
+        assert key in first["models"]["small"]
+    for key in ("thresholds", "concurrency", "throughput_tok_s", "throughput_per_gpu_tok_s", "max_rate_rps"):
+        assert key in first
+    assert first["max_rate_rps"] is None and plan["best"]["throughput"] == first["label"]
+    assert any("replicas" in a for a in plan["assumptions"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["plan", "--hardware", "tpu"], "unknown hardware 'tpu'"),
+        (["plan", "--models", "small=Qwen3-0.6B,large=Nope"], "unknown shape 'Nope'"),
+        (["plan", "--gpus", "0"], "--gpus: must be >= 1"),
+        (["plan", "--thresholds", "all"], "give explicit candidates"),
+        (["plan", "--hardware", "cpu-2core"], "no 'bf16' peak"),
+        (["latency", "--hardware", "a100-80g", "--shape", "Qwen3-8B", "--batch", "0"], "--batch: must be >= 1"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    result = run(*args)
+    assert result.exit_code == 2
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1

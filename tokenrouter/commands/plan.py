@@ -1,0 +1,195 @@
+"""`tokenrouter latency` (one roofline step) and `tokenrouter plan` (placements, thresholds, capacity)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from tokenrouter import options as opt
+from tokenrouter.errors import cli_errors
+from trcore.errors import ConfigError
+
+R2R_MODELS = "small=DeepSeek-R1-Distill-Qwen-1.5B,large=DeepSeek-R1-Distill-Qwen-32B"
+JSON_OPTION = typer.Option(False, "--json", help="Print one JSON object instead of a table.")
+
+
+@cli_errors
+def latency(
+    hardware: str = typer.Option(..., "--hardware", help="Device in trsim/data/hardware.yaml, e.g. a100-80g."),
+    shape: str = typer.Option(..., "--shape", help="Shape config in trsim/data/shapes, e.g. Qwen3-8B."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree."),
+    batch: int = typer.Option(1, "--batch", help="Requests in the step."),
+    context: int = typer.Option(1024, "--context", help="Tokens already in each request's KV cache."),
+    extend: int = typer.Option(0, "--extend", help="Tokens fed beyond one per request (prefill, hand-off)."),
+    dtype: str = typer.Option("bf16", "--dtype", help="bf16, fp16 or fp32."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Roofline step latency of one batch, and the bound it is closest to."""
+    from trsim.roofline import RooflineModel, max_batch_tokens
+
+    for value, option in ((batch, "--batch"), (tp, "--tp")):
+        if value < 1:
+            raise ConfigError(option, f"must be >= 1, got {value}")
+    if context < 0 or extend < 0:
+        raise ConfigError("--context", "context and extend tokens must be >= 0")
+    model = RooflineModel(hardware, shape, tp, dtype)
+    cost = model.cost(batch, batch * context, extend)
+    out = {
+        "hardware": model.device.name, "shape": shape, "tp": tp, "dtype": dtype, "batch": batch,
+        "context": context, "extend": extend, "step_ms": cost.step_s * 1e3, "bound": cost.bound,
+        "overhead_dominated": cost.is_overhead_dominated,
+        "compute_ms": cost.compute_s * 1e3, "memory_ms": cost.memory_s * 1e3, "comm_ms": cost.comm_s * 1e3,
+        "overhead_ms": cost.overhead_s * 1e3, "floor_ms": model.physical_bound_s(batch, batch * context, extend) * 1e3,
+        "weights_gb_per_gpu": model.weight_bytes() / 1e9, "kv_capacity_tokens_per_gpu": max_batch_tokens(model),
+    }  # fmt: skip
+    if as_json:
+        typer.echo(json.dumps(out))
+        return
+    typer.echo(
+        f"{shape} on {tp}x {model.device.name} ({dtype}), batch {batch}, context {context}, extend {extend}: "
+        f"{out['step_ms']:.2f} ms per step, {out['bound']}-bound (compute {out['compute_ms']:.2f} ms, "
+        f"memory {out['memory_ms']:.2f} ms, all-reduce {out['comm_ms']:.2f} ms, overhead {out['overhead_ms']:.2f} ms)"
+    )
+
+
+@cli_errors
+def plan(
+    hardware: str = typer.Option("a100-80g", "--hardware", help="Device in trsim/data/hardware.yaml."),
+    gpus: int = typer.Option(8, "--gpus", help="GPUs available on the node."),
+    models: str = typer.Option(R2R_MODELS, "--models", help="name=shape per model, small to large (P order)."),
+    P: str = typer.Option(opt.DEFAULT_P, "--P", help="Routing matrix P (rows sum to 1)."),
+    C: str = typer.Option(opt.DEFAULT_C, "--C", help="Committed tokens per request-step and transition (C)."),
+    concurrency: str = typer.Option("8,16,32,64", "--concurrency", "-N", help="Closed-loop concurrencies."),
+    thresholds: str = typer.Option("1,1;2,1;4,1;1,2", "--thresholds", help="Threshold candidates, ';'-separated."),
+    context: int = typer.Option(1024, "--context", help="Context tokens per request for closed-loop steps."),
+    workload: str = typer.Option("short-reasoning", "--workload", help="Preset for the open loop."),
+    slo_tpot_ms: float = typer.Option(50.0, "--slo-tpot-ms", help="TPOT p99 target (0: none)."),
+    slo_ttft_ms: float = typer.Option(2000.0, "--slo-ttft-ms", help="TTFT p99 target (0: none)."),
+    colocation: bool = typer.Option(True, "--colocation/--no-colocation", help="Also search co-located models."),
+    open_loop_top: int = typer.Option(
+        3, "--open-loop-top", help="Placements whose Poisson capacity is bisected (0: closed loop only)."
+    ),
+    open_run_s: float = typer.Option(120.0, "--open-run-s", help="Simulated seconds per open-loop rate."),
+    workers: int = typer.Option(None, "--workers", "-j", help="Worker processes [CPU count]."),
+    out: Path = typer.Option(None, "--out", help="Folder for plan.json and plan.png."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Search placements (GPUs, tp, replicas, co-location), thresholds and concurrency for throughput, and the
+    highest Poisson rate under a TPOT/TTFT p99 target; roofline step latencies (docs/planning.md)."""
+    from trsim.plan import PlanConfig
+
+    cfg = PlanConfig(
+        hardware=hardware,
+        num_gpus=_at_least_one(gpus, "--gpus"),
+        models=_parse_models(models),
+        P=tuple(map(tuple, opt.parse_matrix(P, "--P"))),
+        C=tuple(map(tuple, opt.parse_matrix(C, "--C"))),
+        concurrencies=tuple(opt.parse_ints(concurrency, "--concurrency")),
+        thresholds=tuple(_threshold_candidates(thresholds, models)),
+        context_tokens=_at_least_one(context, "--context"),
+        colocation=colocation,
+        workload=workload,
+        slo_tpot_ms=slo_tpot_ms or None,
+        slo_ttft_ms=slo_ttft_ms or None,
+        open_loop_top=open_loop_top,
+        open_run_s=open_run_s,
+    )
+    if open_loop_top < 0 or open_run_s <= 0:
+        raise ConfigError("--open-loop-top", "--open-loop-top must be >= 0 and --open-run-s > 0")
+    _check_inputs(cfg)
+    result = _run_with_progress(cfg, workers or os.cpu_count() or 1, quiet=as_json)
+    if out is not None:
+        _write(result, out)
+    if as_json:
+        typer.echo(json.dumps(result))
+    else:
+        _print_table(result)
+
+
+def _parse_models(text: str) -> dict[str, str]:
+    pairs = [part.split("=", 1) for part in text.split(",") if part.strip()]
+    if not pairs or any(len(p) != 2 or not p[0].strip() or not p[1].strip() for p in pairs):
+        raise ConfigError("--models", f"expected name=shape,name=shape, got {text!r}")
+    return {name.strip(): shape.strip() for name, shape in pairs}
+
+
+def _threshold_candidates(text: str, models: str) -> list[tuple[int, ...]]:
+    grid = opt.parse_threshold_grid(text, len(_parse_models(models)))
+    if not grid:
+        raise ConfigError("--thresholds", "give explicit candidates, e.g. '1,1;2,1' ('all' is too many to plan)")
+    return grid
+
+
+def _at_least_one(value: int, option: str) -> int:
+    if value < 1:
+        raise ConfigError(option, f"must be >= 1, got {value}")
+    return value
+
+
+def _check_inputs(cfg: Any) -> None:
+    """Fail on bad names and matrices before any worker starts."""
+    from trcore.routers import validate_matrix
+    from trsim.hardware import load_hardware
+    from trsim.shapes import load_shape
+    from trsim.workload import preset
+
+    load_hardware(cfg.hardware)
+    for shape in cfg.models.values():
+        load_shape(shape)
+    preset(cfg.workload)
+    validate_matrix("--P", cfg.P, len(cfg.models), stochastic=True)
+    validate_matrix("--C", cfg.C, len(cfg.models), stochastic=False)
+
+
+def _run_with_progress(cfg: Any, workers: int, quiet: bool) -> dict[str, Any]:
+    from rich.progress import Progress
+
+    from trsim.plan import run_plan
+
+    start = time.perf_counter()
+    with Progress(transient=True, disable=quiet) as progress:
+
+        def stage(name: str, total: int) -> Any:
+            task = progress.add_task(name, total=total)
+            return lambda: progress.advance(task)
+
+        result = run_plan(cfg, workers=workers, progress=stage)
+    result["elapsed_s"] = time.perf_counter() - start
+    result["workers"] = workers
+    return result
+
+
+def _write(result: dict[str, Any], out: Path) -> None:
+    from trsim.plan_plot import plot_plan
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "plan.json").write_text(json.dumps(result, indent=1) + "\n")
+    plot_plan(result, out / "plan.png")
+
+
+def _print_table(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    names = list(result["config"]["models"])
+    table = Table(title=f"plan ({result['elapsed_s']:.0f} s), best first")
+    for col in ("placement", "GPUs", *(f"{n} gpus/tp" for n in names), "N", "B", "tok/s", "tok/s/GPU", "sim tok/s",
+                "max req/s"):  # fmt: skip
+        table.add_column(col, justify="right", no_wrap=col == "placement")
+    for p in result["placements"]:
+        per_model = [f"{p['models'][n]['gpus']}/{p['models'][n]['tp']}" for n in names]
+        sim, rate = p["sim_throughput_tok_s"], p["max_rate_rps"]
+        table.add_row(p["label"], str(p["num_gpus"]), *per_model, str(p["concurrency"]),
+                      ",".join(map(str, p["thresholds"])), f"{p['throughput_tok_s']:.0f}",
+                      f"{p['throughput_per_gpu_tok_s']:.0f}", "-" if sim is None else f"{sim:.0f}",
+                      "-" if rate is None else f"{rate:.2f}")  # fmt: skip
+    console = Console()
+    console.print(table)
+    best = result["best"]
+    console.print(f"best throughput {best['throughput']}, per GPU {best['throughput_per_gpu']}, "
+                  f"Poisson capacity {best['max_rate']}")  # fmt: skip

@@ -1,0 +1,272 @@
+"""Deployment planning: search placements, thresholds and concurrency for throughput, and Poisson capacity under
+a latency SLO, from roofline step latencies (``tokenrouter plan``; docs/planning.md).
+
+Closed loop: per placement, concurrency and threshold candidate, the throughput model (the exact chain, on a
+1 ms grid) up to ``chain_max_n`` requests per pipeline and the simulator (endless requests) beyond; the best few
+placements are confirmed in the simulator. Open loop: the highest Poisson rate whose TPOT and TTFT p99 meet
+the SLO, by bisection in the simulator with a preset's length distributions. Replicas are decomposed: r
+pipelines each carry N/r requests (closed) or 1/r of the arrivals (open).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from trcore import ConfigError, policies_for
+from trcore.throughput import ThroughputModel
+from trsim.build import markov_config
+from trsim.driver import simulate
+from trsim.hardware import load_hardware
+from trsim.lengths import constant
+from trsim.placement import Placement, kv_capacity_tokens, latency_models, placements
+from trsim.roofline import RooflineModel
+from trsim.workload import ENDLESS, WorkloadConfig, preset
+
+ASSUMPTIONS = (
+    "replicas are equal across models; r pipelines each carry N/r closed-loop requests or 1/r of the arrivals",
+    "co-located models each get half of their GPUs' FLOP/s and bandwidth (pessimistic while the peer idles)",
+    "closed-loop step latencies at context_tokens per request; open loop uses the preset's lengths",
+    "open loop runs thresholds of 1 (no delayed batching); a pipeline batches at most KV capacity / mean full "
+    "length requests per model (the rest wait), and each rate is simulated for open_run_s seconds",
+)
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    """What to plan: ``models`` maps names to shapes (small to large, ``P``/``C`` order); the rest bounds the
+    search and the simulator runs."""
+
+    hardware: str
+    num_gpus: int
+    models: dict[str, str]
+    P: tuple[tuple[float, ...], ...]
+    C: tuple[tuple[float, ...], ...]
+    dtype: str = "bf16"
+    concurrencies: tuple[int, ...] = (8, 16, 32, 64)
+    thresholds: tuple[tuple[int, ...], ...] = ((1, 1), (2, 1), (4, 1), (1, 2))
+    context_tokens: int = 1024
+    colocation: bool = True
+    workload: str | WorkloadConfig = "short-reasoning"
+    slo_tpot_ms: float | None = 50.0
+    slo_ttft_ms: float | None = 2000.0
+    open_loop_top: int = 3
+    confirm_top: int = 3
+    open_run_s: float = 120.0
+    bisection_steps: int = 5
+    sim_tokens: int = 20_000
+    chain_max_n: int = 24
+    quantum_s: float = 1e-3
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if len(self.P) != len(self.models) or any(len(t) != len(self.models) for t in self.thresholds):
+            raise ConfigError("--models", f"{len(self.models)} models but P and thresholds are for {len(self.P)}")
+        if self.slo_tpot_ms is None and self.slo_ttft_ms is None:
+            raise ConfigError("--slo-tpot-ms", "open loop needs a TPOT or a TTFT target")
+
+
+def feasible(cfg: PlanConfig) -> list[Placement]:
+    """Placements whose weights fit, leaving KV room for at least one request of ``context_tokens``."""
+    load_hardware(cfg.hardware).peak_flops(cfg.dtype)  # a dtype the device has no figure for is bad input
+    out = []
+    for p in placements(cfg.num_gpus, len(cfg.models), cfg.colocation):
+        try:
+            models = latency_models(p, cfg.hardware, cfg.models, cfg.dtype)
+        except ConfigError:
+            continue
+        if kv_capacity_tokens(p, models) >= cfg.context_tokens:
+            out.append(p)
+    return out
+
+
+def closed_loop(cfg: PlanConfig, placement: Placement) -> dict[str, Any]:
+    """Throughput of every concurrency and threshold candidate that fits the placement's KV cache."""
+    models = latency_models(placement, cfg.hardware, cfg.models, cfg.dtype)
+    capacity = kv_capacity_tokens(placement, models)
+    points = []
+    for total in cfg.concurrencies:
+        n = total // placement.replicas
+        if n < 1 or n * placement.replicas != total or n * cfg.context_tokens > capacity:
+            continue
+        for b in cfg.thresholds:
+            if sum(x - 1 for x in b) < n:
+                tok_s, how = _pipeline_throughput(cfg, models, n, b)
+                points.append({"concurrency": total, "thresholds": list(b), "evaluator": how,
+                               "throughput_tok_s": tok_s * placement.replicas})  # fmt: skip
+    return {"placement": placement, "kv_capacity_tokens": capacity, "points": points}
+
+
+def _pipeline_throughput(cfg: PlanConfig, models: list[RooflineModel], n: int, b: tuple[int, ...]) -> tuple[float, str]:
+    if n <= cfg.chain_max_n:
+        ctx = cfg.context_tokens
+        tables = [[m.predict(k, k * ctx, 0) for k in range(1, n + 1)] for m in models]
+        chain = ThroughputModel(cfg.P, cfg.C, tables, quantum_s=cfg.quantum_s)
+        return chain.solve(n, b).throughput_tok_s, "chain"
+    return _simulated_tok_s(cfg, models, n, b), "sim"
+
+
+def _simulated_tok_s(cfg: PlanConfig, models: list[RooflineModel], n: int, b: Iterable[int]) -> float:
+    endless = WorkloadConfig(prompt_tokens=constant(cfg.context_tokens), output_tokens=constant(ENDLESS))
+    config = markov_config(cfg.P, cfg.C, models, list(b), n, endless, seed=cfg.seed)
+    return simulate(config, tokens=cfg.sim_tokens + n * 2, warmup_tokens=n * 2).throughput_tok_s
+
+
+def confirm(cfg: PlanConfig, row: dict[str, Any]) -> float:
+    """The simulator's throughput of a placement's best closed-loop point (whole system), from another seed and
+    twice the tokens of the search's own simulator runs."""
+    p: Placement = row["placement"]
+    models = latency_models(p, cfg.hardware, cfg.models, cfg.dtype)
+    longer = replace(cfg, seed=cfg.seed + 1, sim_tokens=2 * cfg.sim_tokens)
+    return _simulated_tok_s(longer, models, row["concurrency"] // p.replicas, row["thresholds"]) * p.replicas
+
+
+def max_rate(cfg: PlanConfig, placement: Placement, guess_rps: float) -> dict[str, Any]:
+    """Highest Poisson rate (requests/s, whole system) meeting the SLO, by bisection on one pipeline, starting
+    from ``guess_rps`` (closed-loop throughput over the mean output length)."""
+    models = latency_models(placement, cfg.hardware, cfg.models, cfg.dtype)
+    caps = _batch_caps(cfg, placement, models)
+    lo, hi, best = 0.0, max(guess_rps / placement.replicas, 1e-3), None
+    for _ in range(3):  # bracket: double the guess while it still meets the SLO
+        probe = _open_run(cfg, models, caps, hi)
+        if not probe["meets_slo"]:
+            break
+        lo, best, hi = hi, probe, hi * 2
+    for _ in range(cfg.bisection_steps):
+        probe = _open_run(cfg, models, caps, (lo + hi) / 2)
+        lo, hi, best = (probe["rate_rps"], hi, probe) if probe["meets_slo"] else (lo, probe["rate_rps"], best)
+    r = placement.replicas
+    return {"max_rate_rps": lo * r, "rate_bracket_rps": [lo * r, hi * r], "at_max": best, "max_batch": list(caps)}
+
+
+def _batch_caps(cfg: PlanConfig, placement: Placement, models: list[RooflineModel]) -> tuple[int, ...]:
+    """Requests a pipeline can hold at once: its KV capacity over the preset's mean full length, at most 256."""
+    prompt, output = mean_lengths(_workload(cfg), cfg.seed)
+    cap = max(min(kv_capacity_tokens(placement, models) // int(prompt + output), 256), 1)
+    return (cap,) * len(models)
+
+
+def _open_run(cfg: PlanConfig, models: list[RooflineModel], caps: tuple[int, ...], rate: float) -> dict[str, Any]:
+    workload = replace(_workload(cfg), arrival="poisson", rate_per_s=rate, num_sessions=None)
+    config = markov_config(cfg.P, cfg.C, models, [1] * len(models), 1, workload, seed=cfg.seed)
+    config = replace(config, policies=policies_for([1] * len(models), max_batch=list(caps)))
+    result = simulate(config, time_s=cfg.open_run_s)
+    tpot, ttft, wait = result.tpot_p99_s, result.ttft_p99_s, result.latency_p90_s
+    # Little's law: a stable system holds about rate x latency requests; a growing backlog means overload
+    stable = wait is not None and result.num_unfinished <= 1.5 * rate * wait + 8
+    ok = stable and tpot is not None and ttft is not None
+    ok = ok and (cfg.slo_tpot_ms is None or tpot * 1e3 <= cfg.slo_tpot_ms)  # type: ignore[operator]
+    ok = ok and (cfg.slo_ttft_ms is None or ttft * 1e3 <= cfg.slo_ttft_ms)  # type: ignore[operator]
+    return {"rate_rps": rate, "tpot_p99_ms": _ms(tpot), "ttft_p99_ms": _ms(ttft), "num_finished": result.num_finished,
+            "num_unfinished": result.num_unfinished, "meets_slo": bool(ok)}  # fmt: skip
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1e3
+
+
+def _workload(cfg: PlanConfig) -> WorkloadConfig:
+    return preset(cfg.workload) if isinstance(cfg.workload, str) else cfg.workload
+
+
+def mean_lengths(workload: WorkloadConfig, seed: int = 0, num: int = 2000) -> tuple[float, float]:
+    """Mean prompt and output lengths of a workload (sampled with a fixed seed)."""
+    rng = random.Random(seed)
+    prompts = [workload.prompt_tokens.sample(rng) for _ in range(num)]
+    outputs = [workload.output_tokens.sample(rng) for _ in range(num)]
+    return sum(prompts) / num, sum(outputs) / num
+
+
+def _map(fn: Callable[..., Any], args: list[tuple[Any, ...]], workers: int, tick: Callable[[], None]) -> list[Any]:
+    if workers <= 1:
+        return [_tick(fn(*a), tick) for a in args]
+    with ProcessPoolExecutor(workers) as pool:
+        futures = [pool.submit(fn, *a) for a in args]
+        return [_tick(f.result(), tick) for f in futures]
+
+
+def _tick(value: Any, tick: Callable[[], None]) -> Any:
+    tick()
+    return value
+
+
+def run_plan(cfg: PlanConfig, workers: int = 1, progress: Callable[[str, int], Callable[[], None]] | None = None
+             ) -> dict[str, Any]:  # fmt: skip
+    """The whole search; ``progress(stage, total)`` returns a callback ticked once per finished job."""
+    stage = progress or (lambda _name, _total: lambda: None)
+    found = feasible(cfg)
+    if not found:
+        raise ConfigError("--gpus", f"no placement of {list(cfg.models.values())} fits {cfg.num_gpus} {cfg.hardware}")
+    rows = _map(closed_loop, [(cfg, p) for p in found], workers, stage("closed loop", len(found)))
+    ranked = sorted((_best_point(r) for r in rows if r["points"]), key=lambda r: -r["throughput_tok_s"])
+    top = ranked[: cfg.confirm_top]
+    sims = _map(confirm, [(cfg, r) for r in top], workers, stage("confirm in simulator", len(top)))
+    for row, tok_s in zip(top, sims, strict=True):
+        row["sim_throughput_tok_s"] = tok_s
+    per_gpu = sorted(ranked, key=lambda r: -r["throughput_per_gpu_tok_s"])
+    if cfg.open_loop_top > 0:
+        _open_loop(cfg, ranked, ranked[: cfg.open_loop_top] + per_gpu[: cfg.open_loop_top // 2], workers, stage)
+    return _report(cfg, ranked, per_gpu)
+
+
+def _open_loop(cfg: PlanConfig, ranked: list[dict[str, Any]], chosen: list[dict[str, Any]], workers: int,
+               stage: Callable[[str, int], Callable[[], None]]) -> None:  # fmt: skip
+    """Max rate of each distinct pipeline among ``chosen``, given to every placement built of that pipeline."""
+    tokens = mean_lengths(_workload(cfg), cfg.seed)[1]
+    pipelines: dict[tuple[Any, ...], float] = {}
+    for row in chosen:  # one replica; the guess is the closed-loop rate of one pipeline
+        p: Placement = row["placement"]
+        pipelines.setdefault(_pipeline(p), row["throughput_tok_s"] / p.replicas / tokens)
+    args = [(cfg, Placement(tp, 1, coloc), guess) for (tp, coloc), guess in pipelines.items()]
+    found = dict(zip(pipelines, _map(max_rate, args, workers, stage("open loop", len(args))), strict=True))
+    for row in ranked:
+        one = found.get(_pipeline(row["placement"]))
+        if one is not None:
+            row.update(one, max_rate_rps=one["max_rate_rps"] * row["placement"].replicas)
+
+
+def _pipeline(p: Placement) -> tuple[Any, ...]:
+    return (p.tp, p.colocated)
+
+
+def _best_point(row: dict[str, Any]) -> dict[str, Any]:
+    p: Placement = row["placement"]
+    best = max(row["points"], key=lambda x: x["throughput_tok_s"])
+    return {**best, "placement": p, "throughput_per_gpu_tok_s": best["throughput_tok_s"] / p.num_gpus,
+            "kv_capacity_tokens": row["kv_capacity_tokens"], "points": row["points"]}  # fmt: skip
+
+
+def _report(cfg: PlanConfig, ranked: list[dict[str, Any]], per_gpu: list[dict[str, Any]]) -> dict[str, Any]:
+    out = [_placement_dict(cfg, r) for r in ranked]
+    with_rate = [o for o in out if o.get("max_rate_rps") is not None]
+    best = {
+        "throughput": out[0]["label"],
+        "throughput_per_gpu": per_gpu[0]["placement"].label,
+        "max_rate": max(with_rate, key=lambda o: o["max_rate_rps"])["label"] if with_rate else None,
+    }
+    config = {k: v for k, v in asdict(cfg).items() if k != "extra"}
+    if not isinstance(cfg.workload, str):
+        config["workload"] = "custom"
+    return {"config": config, **cfg.extra, "assumptions": list(ASSUMPTIONS), "placements": out, "best": best}
+
+
+def _placement_dict(cfg: PlanConfig, row: dict[str, Any]) -> dict[str, Any]:
+    p: Placement = row["placement"]
+    per_model = {
+        name: {"shape": shape, "gpus": p.model_gpus(m), "tp": p.tp[m], "replicas": p.replicas,
+               "threshold": row["thresholds"][m]}
+        for m, (name, shape) in enumerate(cfg.models.items())
+    }  # fmt: skip
+    keys = ("concurrency", "thresholds", "evaluator", "throughput_tok_s", "throughput_per_gpu_tok_s",
+            "sim_throughput_tok_s", "max_rate_rps", "rate_bracket_rps", "max_batch", "at_max",
+            "kv_capacity_tokens", "points")  # fmt: skip
+    return {"label": p.label, "colocated": p.colocated, "replicas": p.replicas, "num_gpus": p.num_gpus,
+            "models": per_model, **{k: row.get(k) for k in keys}}  # fmt: skip
+
+
+def with_overrides(cfg: PlanConfig, **changes: Any) -> PlanConfig:
+    return replace(cfg, **changes)
