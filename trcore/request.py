@@ -22,7 +22,10 @@ class RequestStatus(IntEnum):
 
 @dataclass(frozen=True)
 class RequestSpec:
-    """What never changes about a request; travels only on a model's first visit."""
+    """What never changes about a request; travels only on a model's first visit.
+
+    A stop token ends the request only once it has more than ``min_tokens`` output tokens (vLLM's meaning:
+    the first ``min_tokens`` tokens cannot stop it); ``max_tokens`` always does."""
 
     request_id: str
     num_prompt_tokens: int
@@ -30,6 +33,7 @@ class RequestSpec:
     stop_token_ids: frozenset[int] = frozenset()
     arrival_time: float = 0.0
     sampling: Mapping[str, Any] = field(default_factory=dict)
+    min_tokens: int = 0
 
 
 @dataclass
@@ -76,10 +80,10 @@ class Request:
         return len(self.token_ids) - self.anchors[model]
 
     def has_reached_stop(self) -> bool:
-        """True when the output is as long as allowed or ends with a stop token."""
+        """True when the output is as long as allowed, or ends with a stop token past ``min_tokens``."""
         if self.num_output_tokens >= self.spec.max_tokens:
             return True
-        return self.num_output_tokens > 0 and self.token_ids[-1] in self.spec.stop_token_ids
+        return self.num_output_tokens > self.spec.min_tokens and self.token_ids[-1] in self.spec.stop_token_ids
 
     def take_unreported(self) -> list[int]:
         """Committed output tokens not yet handed to the client (for streaming); marks them reported."""

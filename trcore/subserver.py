@@ -23,7 +23,7 @@ _WAITING, _RUNNING, _PENDING, _FINISHED = (
 def _has_reached_stop(spec: RequestSpec, token_ids: list[int]) -> bool:
     """``Request.has_reached_stop`` without the property calls (hot path)."""
     num_output = len(token_ids) - spec.num_prompt_tokens
-    return num_output >= spec.max_tokens or (num_output > 0 and token_ids[-1] in spec.stop_token_ids)
+    return num_output >= spec.max_tokens or (num_output > spec.min_tokens and token_ids[-1] in spec.stop_token_ids)
 
 
 class RouteEvent(NamedTuple):
@@ -147,6 +147,18 @@ class Subserver:
                 req.status = _PENDING
                 handoffs.append((dest, self.program.send(req, dest)))
         return handoffs
+
+    def fail(self, batch: Batch) -> list[Request]:
+        """The running ``batch`` will never complete (its step failed): forget it and every request in it that
+        is still resident here. Returns those requests; the driver reports them and frees what its engine holds
+        (peers that hold one of them are told by the driver too)."""
+        if batch is not self.running:
+            raise ProtocolError(f"model {self.model}: failing a batch that is not running")
+        self.running = None
+        failed = [req for req in batch.requests if self.requests.get(req.spec.request_id) is req]
+        for req in failed:
+            self.abort(req.spec.request_id)
+        return failed
 
     def _finish(self, req: Request, now: float) -> list[HandOff]:
         req.status = RequestStatus.FINISHED

@@ -120,7 +120,7 @@ class LockstepDriver:
             failed = [Failed(r.request_id, f"model {model} could not step: {reply.error}") for r in batch.requests]
             for r in batch.requests:
                 self._forget(r.request_id)
-            sub.running = None
+            sub.fail(batch)
             self.mailbox.send(FRONTEND, StepReport(model, batch.size, 0, 0.0, 0, 0, 0, reply.kv_usage, failed=failed))
             return
         result = StepResult(

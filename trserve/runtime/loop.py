@@ -195,7 +195,7 @@ class SubserverLoop:
         for req in batch.requests:
             self._forget(req.request_id)
             failed.append(Failed(req.request_id, message))
-        self.sub.running = None  # the batch will never complete; its requests are gone
+        self.sub.fail(batch)  # the batch will never complete; its requests are gone
         report = StepReport(self.model, batch.size, 0, 0.0, self.sub.num_ready, len(self.sub.requests), 0,
                             self.engine.kv_usage(), failed=failed)  # fmt: skip
         self.mailbox.send(FRONTEND, report)
