@@ -31,14 +31,23 @@ class PerTokenLatency(LatencyModel):
     """
 
     def __init__(self, inner: LatencyModel, model: int, costs: PerTokenConfig) -> None:
+        if costs.recompute_s_per_token is None and not inner.prices_extend:
+            raise ConfigError(
+                "per_token.recompute_s_per_token",
+                f"the {inner.name or type(inner).__name__} latency model has no extend term, so recomputed tokens "
+                "would cost nothing: give their cost per token, or use an extend-aware model (quadratic, roofline)",
+            )
         self.inner, self.model, self.costs = inner, model, costs
 
     def __call__(self, batch: Batch) -> float:
-        block, m = self.costs.block_size, self.model
+        block, m, rate = self.costs.block_size, self.model, self.costs.recompute_s_per_token
         recompute = sum(r.anchors[m] % block for r in batch.requests)
         blocks = sum(ctx // block for ctx in batch.context_lens)
-        extend = sum(batch.num_new_tokens) - batch.size + recompute
-        base = self.inner.predict(batch.size, sum(batch.context_lens), extend)
+        extend = sum(batch.num_new_tokens) - batch.size
+        if rate is None:
+            base = self.inner.predict(batch.size, sum(batch.context_lens), extend + recompute)
+        else:
+            base = self.inner.predict(batch.size, sum(batch.context_lens), extend) + rate * recompute
         return base + self.costs.readmit_s * batch.size + self.costs.prefix_match_s_per_block * blocks
 
     def predict(self, batch_size: int, context_tokens: int, extend_tokens: int) -> float:

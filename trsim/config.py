@@ -20,16 +20,22 @@ class PerTokenConfig:
       back ``client_rtt_s`` after its step; hand-offs take that long too);
     * ``readmit_s``: engine time to admit one request (scheduling, allocation), per request per step;
     * ``prefix_match_s_per_block``: engine time to hash and match one cached KV block of the context;
-    * ``block_size``: KV block size; the tokens after the last full cached block are recomputed.
+    * ``block_size``: KV block size (vLLM's CPU backend: 32); the tokens after the last full cached block are
+      recomputed;
+    * ``recompute_s_per_token``: what recomputing one such token costs. None: the latency model's own extend term
+      prices it, and a latency model without one (constant, table, linear) is refused rather than letting the
+      recompute cost nothing.
     """
 
     client_rtt_s: float = 1e-3
     readmit_s: float = 1e-4
     prefix_match_s_per_block: float = 5e-7
-    block_size: int = 16
+    block_size: int = 32
+    recompute_s_per_token: float | None = None
 
     def __post_init__(self) -> None:
-        if self.client_rtt_s < 0 or self.readmit_s < 0 or self.prefix_match_s_per_block < 0 or self.block_size < 1:
+        costs = (self.client_rtt_s, self.readmit_s, self.prefix_match_s_per_block, self.recompute_s_per_token or 0)
+        if min(costs) < 0 or self.block_size < 1:
             raise ConfigError("per_token", "costs must be >= 0 and block_size >= 1")
 
 

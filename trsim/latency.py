@@ -21,6 +21,8 @@ class LatencyModel:
     name: ClassVar[str] = ""
     #: Coefficient names, in the order :meth:`features` multiplies them (linear-in-parameters models).
     coefficient_names: ClassVar[tuple[str, ...]] = ()
+    #: Whether extend tokens (prefill, hand-off appends, recomputed tokens) change the predicted latency.
+    prices_extend: ClassVar[bool] = False
 
     def __call__(self, batch: Batch) -> float:
         return self.predict(batch.size, sum(batch.context_lens), sum(batch.num_new_tokens) - batch.size)
@@ -179,6 +181,7 @@ class QuadraticModel(LinearInParameters):
     ``d`` per token, and the ``e`` term bends the batch curve (compute saturating at large batches)."""
 
     coefficient_names = ("a", "b", "c", "d", "e")
+    prices_extend = True
 
     def __init__(self, a: float, b: float, c: float, d: float, e: float) -> None:
         super().__init__(a=a, b=b, c=c, d=d, e=e)

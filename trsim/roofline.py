@@ -134,6 +134,7 @@ class RooflineModel(LatencyModel):
     """
 
     coefficient_names = ("hardware", "shape", "tp", "dtype", *PARAM_NAMES)
+    prices_extend = True
 
     def __init__(
         self, hardware: str, shape: str | dict[str, Any], tp: int = 1, dtype: str = "bf16", **params: float

@@ -118,7 +118,8 @@ class PerTokenSpec(_Strict):
     client_rtt_ms: float = Field(default=1.0, ge=0)
     readmit_ms: float = Field(default=0.1, ge=0)
     prefix_match_us_per_block: float = Field(default=0.5, ge=0)
-    block_size: int = Field(default=16, ge=1)
+    block_size: int = Field(default=32, ge=1)
+    recompute_us_per_token: float | None = Field(default=None, ge=0)
 
 
 class SignalSpec(_Strict):
@@ -269,4 +270,5 @@ def _per_token(spec: PerTokenSpec | None) -> PerTokenConfig | None:
         readmit_s=spec.readmit_ms / 1000,
         prefix_match_s_per_block=spec.prefix_match_us_per_block / 1e6,
         block_size=spec.block_size,
+        recompute_s_per_token=None if spec.recompute_us_per_token is None else spec.recompute_us_per_token / 1e6,
     )

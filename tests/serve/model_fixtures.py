@@ -28,7 +28,6 @@ def prepared_pair() -> tuple[Path, Path]:
 
 @pytest.fixture(scope="session")
 def local_llm(prepared_pair: tuple[Path, Path]) -> Iterator[Callable[[str], Any]]:
-    pytest.importorskip("vllm")
     from trserve.engine.local_llm import shutdown_local_llm, start_local_llm
 
     dirs = dict(zip(("large", "small"), prepared_pair, strict=True))

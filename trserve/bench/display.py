@@ -44,10 +44,10 @@ class BenchDisplay:
 
     def cell_done(self, cell: Any) -> None:
         tputs = [x.throughput_tok_s for x in cell.loads]
-        pred = ""
-        if cell.predicted_model is not None:
-            pred = f" | predicted: model {cell.predicted_model:.1f}, sim {cell.predicted_sim:.1f}"
-            pred += f", model with measured steps {cell.predicted_own_steps:.1f}"
+        figures = {"model": cell.predicted_model, "sim": cell.predicted_sim,
+                   "model with measured steps": cell.predicted_own_steps}  # fmt: skip
+        shown = [f"{name} {v:.1f}" for name, v in figures.items() if v is not None]
+        pred = f" | predicted: {', '.join(shown)}" if shown else ""
         b = f" B={cell.thresholds}" if cell.thresholds else ""
         self.console.print(
             f"{cell.system:>20} {cell.router:>7} N={cell.concurrency:<2}{b}: {statistics.median(tputs):7.1f} tok/s "

@@ -12,17 +12,19 @@ points of the same runs.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from trcore.errors import ConfigError
 from trcore.throughput import OptimizeResult, ThroughputModel
 from trserve.bench.client import metric_delta
 from trserve.paths import calibration_dir
 from trsim.baselines import apply_baseline
 from trsim.build import markov_config
+from trsim.config import PerTokenConfig
 from trsim.driver import simulate
-from trsim.latency import TableModel
+from trsim.latency import LatencyModel, TableModel
 from trsim.profile import latency_from_profile, load_profile
 
 Matrix = Sequence[Sequence[float]]
@@ -99,6 +101,34 @@ def profile_table(model_name: str, tag: str, max_batch: int, extend: float = 0.0
             model = latency_from_profile(load_profile(path))
             return [float(model.predict(b, b * BENCH_CONTEXT, round(b * extend))) for b in range(1, max_batch + 1)]
     return None
+
+
+def profile_models(model_names: Sequence[str], tag: str) -> list[LatencyModel] | None:
+    """Each model's fitted latency model from this machine's profiles (extend-aware: the profiles' preferred fit
+    prices appended tokens), or None when any profile is missing."""
+    models = []
+    for name in model_names:
+        path = next((b / f"{name}.json" for b in (calibration_dir("profiles", tag), calibration_dir(tag))
+                     if (b / f"{name}.json").is_file()), None)  # fmt: skip
+        if path is None:
+            return None
+        models.append(latency_from_profile(load_profile(path)))
+    return models
+
+
+def per_token_prediction(
+    P: Matrix, C: Matrix, models: Sequence[LatencyModel], concurrency: int, block_size: int, tokens: int
+) -> float | None:
+    """Simulated throughput of the per-token baseline with the real recompute (the partial KV block after the
+    last cached one, at the engines' ``block_size``), priced by the profiles' extend term; None when the latency
+    models cannot price it (no extend term)."""
+    config = markov_config(P, C, list(models), [1] * len(models), concurrency=concurrency, workload="endless", seed=0)
+    try:
+        config = replace(config, per_token=PerTokenConfig(block_size=block_size))
+        result = simulate(apply_baseline(config, "per-token"), tokens=tokens, warmup_tokens=tokens // 10)
+    except ConfigError:
+        return None
+    return float(result.throughput_tok_s)
 
 
 def line_table(line: tuple[float, float], max_batch: int) -> list[float]:

@@ -65,19 +65,18 @@ def best_baseline(runs: Sequence[dict[str, Any]], router: str, n: int) -> tuple[
 
 def markdown_table(runs: Sequence[dict[str, Any]], routers: Sequence[str], concurrencies: Sequence[int]) -> str:
     """Throughput (median, min-max) with predictions, large-model fraction and latencies; speed-up rows."""
-    head = ("| router | system | N | tok/s median (min-max) | predicted model / sim | LLM tokens | TTFT p50 ms | "
-            "TPOT p50 ms | e2e p50 / p99 s |")  # fmt: skip
-    lines = [head, "|" + "---|" * 9]
+    head = ("| router | system | N | tok/s median (min-max) | predicted model / sim | prediction inputs | "
+            "LLM tokens | TTFT p50 ms | TPOT p50 ms | e2e p50 / p99 s |")  # fmt: skip
+    lines = [head, "|" + "---|" * 10]
     for router in routers:
         for r in runs:
             if r["router"] not in (router, "none") or (r["router"] == "none" and router != routers[0]):
                 continue
-            pred = "-"
-            if r["predicted_model_tok_s"] is not None:
-                pred = f"{r['predicted_model_tok_s']:.1f} / {r['predicted_sim_tok_s']:.1f}"
+            pred = f"{_tok(r['predicted_model_tok_s'])} / {_tok(r['predicted_sim_tok_s'])}"
             lines.append(
                 f"| {r['router']} | {r['system']} | {r['concurrency']} | {r['throughput_tok_s']:.1f} "
                 f"({r['throughput_min_tok_s']:.1f}-{r['throughput_max_tok_s']:.1f}) | {pred} | "
+                f"{_source(r['latency_source'])} | "
                 f"{100 * r['llm_token_fraction']:.0f}% | {_ms(r['ttft_p50_s'])} | {_ms(r['tpot_p50_s'])} | "
                 f"{_s(r['e2e_p50_s'])} / {_s(r['e2e_p99_s'])} |"
             )
@@ -102,6 +101,17 @@ def speedup_table(runs: Sequence[dict[str, Any]], routers: Sequence[str], concur
 
 def _ratio(a: dict[str, Any], b: dict[str, Any] | None) -> str:
     return f"{a['throughput_tok_s'] / b['throughput_tok_s']:.2f}x" if b and b["throughput_tok_s"] else "-"
+
+
+def _tok(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def _source(text: str) -> str:
+    """Where a row's predicted latencies came from, in a few words: a profile, this run (in-sample) or none."""
+    if text.startswith("calibration profile"):
+        return "profile " + text[text.find("(") + 1 : text.find(")")]
+    return "this run (in-sample)" if "this run" in text else "-"
 
 
 def _ms(v: float | None) -> str:

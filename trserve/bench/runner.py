@@ -170,35 +170,62 @@ class BenchRunner:
         return tables, "fit to this run's step times"
 
     def _predict(self, cell: Cell) -> None:
-        """Model and simulator figures for ``cell``; systems run on other core layouts than the calibration's
-        (lockstep and llm-only give every engine all cores) are predicted from their own measured step times."""
+        """Out-of-sample model and simulator figures for ``cell`` (latencies from the calibration profiles, routing
+        statistics from the ``tokenrouter-b1`` runs), and, labelled apart, the model fed this cell's own measured
+        step times (a diagnosis, never a result). Systems whose engines run on another core layout than the
+        profiles' (lockstep and llm-only give every engine all cores) have no independent prediction: "-"."""
         n = cell.concurrency
         if cell.system in ("llm-only", "lockstep"):
-            own = [c for c in self.cells if c.system == cell.system and c.router == cell.router]
-            try:
-                tables, cell.latency_source = self._tables(own, self._model_names(cell.system), profiles=False)
-            except ValueError:
-                return
-        else:
-            state = self.routers.get(cell.router)
-            if state is None:
-                return
-            tables, cell.latency_source = state.tables, state.latency_source
-            if cell.system == "tokenrouter-readmit":
-                tables, cell.latency_source = self._readmit_tables(tables, cell.latency_source)
-        if cell.system == "llm-only":
-            P, C, thresholds, baseline = [[1.0]], [[1.0]], [1], "tokenrouter"
-        else:
-            state = self.routers[cell.router]
-            P, C = state.P, state.C
-            thresholds, baseline = _model_thresholds(cell.system, n, state.optimized), _SIM_BASELINE[cell.system]
-        model_b = [n, 1] if cell.system == "lockstep" else thresholds
-        cell.predicted_model = predict.model_prediction(P, C, tables, n, model_b)
+            cell.latency_source = "none: no profile of this placement"
+            self._diagnose(cell, *self._routing(cell))
+            return
+        if cell.system == "per-token":
+            self._predict_per_token(cell)
+            return
+        state = self.routers.get(cell.router)
+        if state is None:
+            return
+        tables, cell.latency_source = state.tables, state.latency_source
+        if cell.system == "tokenrouter-readmit":
+            tables, cell.latency_source = self._readmit_tables(tables, cell.latency_source)
+        P, C, thresholds = self._routing(cell)
+        baseline = _SIM_BASELINE[cell.system]
+        cell.predicted_model = predict.model_prediction(P, C, tables, n, thresholds)
         cell.predicted_sim = predict.sim_prediction(P, C, tables, n, thresholds, baseline, self.plan.sim_tokens)
-        # The same model fed this cell's own measured step times: what the runtime could reach if its engine
-        # steps were as slow as they were here (separates scheduling/IPC loss from slower-than-calibrated steps).
-        own_tables, _ = self._tables([cell], self._model_names(cell.system), profiles=False)
-        cell.predicted_own_steps = predict.model_prediction(P, C, own_tables, n, model_b)
+        self._diagnose(cell, P, C, thresholds)
+
+    def _routing(self, cell: Cell) -> tuple[list[list[float]], list[list[float]], list[int]]:
+        """P, C and the thresholds the model reads for ``cell`` (lockstep: the entry model waits for the batch)."""
+        n = cell.concurrency
+        if cell.system == "llm-only":
+            return [[1.0]], [[1.0]], [1]
+        state = self.routers[cell.router]
+        thresholds = [n, 1] if cell.system == "lockstep" else _model_thresholds(cell.system, n, state.optimized)
+        return state.P, state.C, thresholds
+
+    def _diagnose(self, cell: Cell, P: list[list[float]], C: list[list[float]], thresholds: list[int]) -> None:
+        """The model fed this cell's own measured step times: what the runtime could reach if its engines stepped
+        as they did here (separates scheduling and IPC loss from slower steps). In-sample: a diagnosis."""
+        try:
+            own_tables, _ = self._tables([cell], self._model_names(cell.system), profiles=False)
+        except ValueError:
+            return
+        cell.predicted_own_steps = predict.model_prediction(P, C, own_tables, cell.concurrency, thresholds)
+
+    def _predict_per_token(self, cell: Cell) -> None:
+        """Per-token serving has no throughput model (every token is a new request): the simulator only, pricing
+        the recompute with the profiles' extend term at the engines' block size, or "-" without profiles."""
+        state = self.routers.get(cell.router)
+        models = predict.profile_models(self._model_names(cell.system), hardware_tag())
+        if state is None or models is None:
+            cell.latency_source = "none: no extend-aware profile"
+            return
+        block = int(self.plan.base["models"][0].get("block_size", 32))
+        cell.latency_source = f"calibration profile ({hardware_tag()}), recompute at block size {block}"
+        cell.predicted_sim = predict.per_token_prediction(
+            state.P, state.C, models, cell.concurrency, block, self.plan.sim_tokens
+        )
+        self._diagnose(cell, *self._routing(cell))
 
     def _readmit_tables(self, tables: list[list[float]], source: str) -> tuple[list[list[float]], str]:
         """Profile latencies with re-admission's recompute: half a KV block per request per step (the partial
@@ -222,8 +249,7 @@ class BenchRunner:
         self.display.direct_done(self.direct)
 
 
-_SIM_BASELINE = {"tokenrouter": "tokenrouter", "tokenrouter-readmit": "tokenrouter", "tokenrouter-b1": "b1",
-                 "lockstep": "lockstep", "per-token": "per-token"}  # fmt: skip
+_SIM_BASELINE = {"tokenrouter": "tokenrouter", "tokenrouter-readmit": "tokenrouter", "tokenrouter-b1": "b1"}
 
 
 def _model_thresholds(system: str, n: int, optimized: dict[int, list[int]]) -> list[int]:

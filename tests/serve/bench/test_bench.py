@@ -92,7 +92,6 @@ def test_unknown_system_is_one_line_error() -> None:
 def test_small_bench_runs_every_system_on_real_engines(tmp_path: Path, prepared_pair: tuple[Path, Path]) -> None:
     """The CI bench: all six systems, rstitch, N = 2, one short window each, real vLLM servers on the local pair,
     and the plain-vLLM overhead reference (about 3 minutes)."""
-    pytest.importorskip("vllm")
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "tokenrouter.cli", "bench", "--routers", "rstitch", "-n", "2", "--repetitions", "1",
            "--warmup-s", "0.5", "--window-s", "1.5", "--out", str(out)]  # fmt: skip
