@@ -1,10 +1,20 @@
-"""Analytic throughput model of delayed batching (DESIGN.md section 4) and its threshold optimizer.
+"""Analytic throughput model of delayed batching (docs/throughput-model.md) and its threshold optimizer.
 
 ``spec`` validates inputs, ``states`` holds the transition halves, ``rules`` the launch decisions explored,
 ``universe`` the breadth-first state exploration, ``chain`` one threshold vector's chain, ``solve`` the
-stationary solve, ``model`` the public API.
+stationary solve; ``lanes`` samples the same process and ``sampled`` races estimates where the chain is too
+large; ``results`` holds what the public API (``model``) returns.
 """
 
-from trcore.throughput.model import OptimizeResult, ThroughputModel, ThroughputResult, feasible_thresholds
+from trcore.throughput.model import METHODS, ThroughputModel, feasible_thresholds
+from trcore.throughput.results import OptimizeResult, ThroughputResult
+from trcore.throughput.sampled import SamplingConfig
 
-__all__ = ["OptimizeResult", "ThroughputModel", "ThroughputResult", "feasible_thresholds"]
+__all__ = [
+    "METHODS",
+    "OptimizeResult",
+    "SamplingConfig",
+    "ThroughputModel",
+    "ThroughputResult",
+    "feasible_thresholds",
+]

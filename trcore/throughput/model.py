@@ -1,50 +1,43 @@
-"""The public throughput model: solve one threshold vector, or optimize over the whole feasible set."""
+"""The public throughput model: solve one threshold vector, or optimize over the whole feasible set, with the
+exact chain or by sampling the same process (``trcore.throughput.sampled``) where the chain grows too large."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
 from numbers import Integral
 
 from trcore.errors import ConfigError
 from trcore.policy import check_feasible
 from trcore.throughput.chain import chain_for
-from trcore.throughput.rules import AnyFeasible, FixedThresholds
+from trcore.throughput.results import OptimizeResult, ThroughputResult
+from trcore.throughput.rules import AnyFeasible, FixedThresholds, LaunchRule
+from trcore.throughput.sampled import SamplingConfig, optimize_sampled, sample_one
 from trcore.throughput.solve import throughput_tok_s
 from trcore.throughput.spec import ChainSpec, LatencySpec, build_spec
 from trcore.throughput.universe import MAX_STATES, Universe, explore
 
+__all__ = ["METHODS", "OptimizeResult", "ThroughputModel", "ThroughputResult", "feasible_thresholds"]
 
-@dataclass(frozen=True)
-class ThroughputResult:
-    """Long-run committed tokens per second of one threshold vector, and the number of states of its chain
-    (every state reachable from the initial one, transient ones included)."""
-
-    throughput_tok_s: float
-    num_states: int
-    thresholds: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class OptimizeResult:
-    """The best threshold vector, its throughput, every feasible candidate (in enumeration order: lexicographic
-    in the thresholds) and the time the search took (by the clock passed in; 0.0 without one)."""
-
-    thresholds: tuple[int, ...]
-    throughput_tok_s: float
-    candidates: list[ThroughputResult]
-    elapsed_s: float
+#: ``exact``: the Markov chain; ``sampled``: Monte Carlo of the same process; ``auto``: exact while it is cheap.
+METHODS = ("exact", "sampled", "auto")
+#: ``auto`` solves one vector exactly while its chain has at most this many states (about 1.5 s at 50k).
+AUTO_SOLVE_MAX_STATES = 50_000
+#: ``auto`` optimizes exactly while all candidates' states together stay below this many and the states times
+#: the number of candidates below ``AUTO_OPTIMIZE_MAX_WORK`` (a measured proxy of the solve time: 3.7M is
+#: about 1 s on this machine); past that, sampling is faster.
+AUTO_OPTIMIZE_MAX_STATES = 60_000
+AUTO_OPTIMIZE_MAX_WORK = 8_000_000
 
 
 class ThroughputModel:
-    """Markov-chain throughput model of M models under delayed batching (DESIGN.md section 4).
+    """Markov-chain throughput model of M models under delayed batching (docs/throughput-model.md).
 
     ``P``, ``C``: M x M routing probabilities (rows sum to 1) and committed tokens per request-step;
     ``latency_s``: per model a constant in seconds or a list indexed by batch size - 1 (larger batches use the
     last entry); ``quantum_s``: the time grid latencies are rounded to; ``max_batch``: per-model batch caps;
-    ``max_states``: explored states allowed before giving up. Invalid input raises ``ConfigError`` naming the
-    field.
+    ``max_states``: explored states allowed before giving up; ``sampling``: how the ``sampled`` method runs
+    (seed, precision). Invalid input raises ``ConfigError`` naming the field.
     """
 
     def __init__(
@@ -55,29 +48,41 @@ class ThroughputModel:
         quantum_s: float = 1e-4,
         max_batch: Sequence[int] | None = None,
         max_states: int = MAX_STATES,
+        sampling: SamplingConfig | None = None,
     ) -> None:
         self.spec: ChainSpec = build_spec(P, C, latency_s, quantum_s, max_batch)
         self.max_states = max_states
+        self.sampling = sampling or SamplingConfig()
 
     @property
     def num_models(self) -> int:
         return self.spec.num_models
 
-    def solve(self, num_requests: int, thresholds: Sequence[int]) -> ThroughputResult:
+    def solve(self, num_requests: int, thresholds: Sequence[int], method: str = "exact") -> ThroughputResult:
         """Throughput of ``num_requests`` closed-loop requests when model i launches at ``thresholds[i]`` waiting.
 
-        Raises ``InfeasibleError`` when the thresholds can deadlock and ``NotIrreducibleError`` when the chain
-        has more than one closed class.
+        ``method``: ``exact`` (the chain), ``sampled`` (an estimate with its standard error) or ``auto`` (exact
+        while the chain has at most ``AUTO_SOLVE_MAX_STATES`` states). Raises ``InfeasibleError`` when the
+        thresholds can deadlock and, exactly, ``NotIrreducibleError`` when the chain has more than one closed
+        class (sampling cannot tell: it reports one run of chance).
         """
         _check_concurrency(num_requests)
+        _check_method(method)
         if len(thresholds) != self.num_models:
             raise ConfigError("thresholds", f"needs one per model ({self.num_models}), got {list(thresholds)}")
         if any(isinstance(b, bool) or not isinstance(b, Integral) for b in thresholds):
             raise ConfigError("thresholds", f"must be integers, got {list(thresholds)}")
         check_feasible(thresholds, num_requests)
         num_requests = int(num_requests)
-        rule = FixedThresholds(tuple(int(b) for b in thresholds), self.spec.batch_caps(num_requests))
-        return solve_in(self.spec, explore(self.spec, num_requests, rule, self.max_states), rule)
+        vector = tuple(int(b) for b in thresholds)
+        if method == "sampled":
+            return sample_one(self.spec, num_requests, vector, self.sampling)
+        rule = FixedThresholds(vector, self.spec.batch_caps(num_requests))
+        limit = self.max_states if method == "exact" else min(self.max_states, AUTO_SOLVE_MAX_STATES)
+        universe = _explore_within(self.spec, num_requests, rule, limit, can_fall_back=method == "auto")
+        if universe is None:
+            return sample_one(self.spec, num_requests, vector, self.sampling)
+        return solve_in(self.spec, universe, rule)
 
     def optimize(
         self,
@@ -85,6 +90,7 @@ class ThroughputModel:
         clock: Callable[[], float] | None = None,
         workers: int = 1,
         min_gain: float = 0.0,
+        method: str = "exact",
     ) -> OptimizeResult:
         """Solve every feasible threshold vector and return the best (ties: the first in enumeration order).
 
@@ -92,12 +98,17 @@ class ThroughputModel:
         fraction, else no delay is returned; a predicted gain below the model's own error is not worth the
         waits it would add.
 
-        The states of all candidates are explored once, together; each candidate's chain is then read off that
-        shared exploration. Thresholds above a model's max batch act like the max batch, so candidates stop
-        there. ``workers`` > 1 solves the candidates in that many processes (same results).
+        ``method="exact"``: the states of all candidates are explored once, together; each candidate's chain is
+        then read off that shared exploration. ``workers`` > 1 solves the candidates in that many processes
+        (same results). ``method="sampled"``: a race of Monte Carlo estimates (``trcore.throughput.sampled``);
+        the best's throughput is a fresh estimate. ``method="auto"``: exact while the shared exploration and
+        the solves stay small (``AUTO_OPTIMIZE_MAX_STATES``, ``AUTO_OPTIMIZE_MAX_WORK``), else sampled; the
+        result's ``method`` says which ran. Thresholds above a model's max batch act like the max batch, so
+        candidates stop there.
         """
         start = clock() if clock else 0.0
         _check_concurrency(num_requests)
+        _check_method(method)
         if workers < 1:
             raise ConfigError("workers", f"must be >= 1, got {workers}")
         if not 0.0 <= min_gain < 1.0:
@@ -105,15 +116,21 @@ class ThroughputModel:
         check_feasible([1] * self.num_models, num_requests)
         num_requests = int(num_requests)
         caps = self.spec.batch_caps(num_requests)
-        universe = explore(self.spec, num_requests, AnyFeasible(num_requests, caps), self.max_states)
-        rules = [FixedThresholds(b, caps) for b in feasible_thresholds(caps, num_requests)]
-        candidates = _solve_many(self.spec, universe, rules, workers)
-        best = max(candidates, key=lambda c: c.throughput_tok_s)
-        no_delay = next(c for c in candidates if max(c.thresholds) == 1)
-        if best.throughput_tok_s <= no_delay.throughput_tok_s * (1.0 + min_gain):
-            best = no_delay
+        vectors = list(feasible_thresholds(caps, num_requests))
+        universe = None
+        if method != "sampled":
+            limit = self.max_states if method == "exact" else min(self.max_states, AUTO_OPTIMIZE_MAX_STATES)
+            rule = AnyFeasible(num_requests, caps)
+            universe = _explore_within(self.spec, num_requests, rule, limit, can_fall_back=method == "auto")
+        if universe is not None and (method == "exact" or universe.num_states * len(vectors) <= AUTO_OPTIMIZE_MAX_WORK):
+            rules = [FixedThresholds(b, caps) for b in vectors]
+            candidates, used = _solve_many(self.spec, universe, rules, workers), "exact"
+            best = _best(candidates, min_gain)
+        else:
+            best, candidates = optimize_sampled(self.spec, num_requests, vectors, self.sampling, min_gain)
+            used = "sampled"
         elapsed = clock() - start if clock else 0.0
-        return OptimizeResult(best.thresholds, best.throughput_tok_s, candidates, elapsed)
+        return OptimizeResult(best.thresholds, best.throughput_tok_s, candidates, elapsed, used)
 
 
 def solve_in(spec: ChainSpec, universe: Universe, rule: FixedThresholds) -> ThroughputResult:
@@ -130,6 +147,30 @@ def feasible_thresholds(caps: Sequence[int], num_requests: int) -> Iterator[tupl
     for first in range(1, min(caps[0], num_requests) + 1):
         for rest in feasible_thresholds(caps[1:], num_requests - (first - 1)):
             yield (first, *rest)
+
+
+def _best(candidates: list[ThroughputResult], min_gain: float) -> ThroughputResult:
+    """The highest throughput, unless no delay (all thresholds 1) comes within ``min_gain`` of it."""
+    best = max(candidates, key=lambda c: c.throughput_tok_s)
+    no_delay = next(c for c in candidates if max(c.thresholds) == 1)
+    return no_delay if best.throughput_tok_s <= no_delay.throughput_tok_s * (1.0 + min_gain) else best
+
+
+def _explore_within(
+    spec: ChainSpec, num_requests: int, rule: LaunchRule, limit: int, can_fall_back: bool
+) -> Universe | None:
+    """The states ``rule`` reaches, or None past ``limit`` of them when the caller can sample instead."""
+    try:
+        return explore(spec, num_requests, rule, limit)
+    except ConfigError:
+        if can_fall_back:
+            return None
+        raise
+
+
+def _check_method(method: object) -> None:
+    if method not in METHODS:
+        raise ConfigError("method", f"must be one of {', '.join(METHODS)}, got {method!r}")
 
 
 def _check_concurrency(num_requests: object) -> None:
