@@ -20,7 +20,8 @@ def test_throughput_json_matches_the_python_api():
     result = run("throughput", "--P", "[[0.65,0.35],[1,0]]", "--thresholds", "2,3", *SMALL, "--json")
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
-    assert set(out) == {"throughput_tok_s", "num_states", "thresholds"}
+    assert set(out) == {"throughput_tok_s", "num_states", "thresholds", "std_error_tok_s", "method"}
+    assert out["method"] == "exact" and out["std_error_tok_s"] == 0.0
     expected = ThroughputModel([[0.65, 0.35], [1, 0]], [[1, 0], [1, 0]], [0.006, 0.0279], 1e-4).solve(5, [2, 3])
     assert out["throughput_tok_s"] == pytest.approx(expected.throughput_tok_s, rel=1e-12)
     assert out["num_states"] == expected.num_states
@@ -45,6 +46,31 @@ def test_optimize_json_lists_candidates_best_first():
     assert out["throughput_tok_s"] == rates[0]
     assert len(rates) == sum(1 for a in range(1, 6) for b in range(1, 6) if a + b - 2 < 5)
     assert out["elapsed_s"] > 0
+
+
+def test_sampled_method_reports_its_standard_errors():
+    result = run("throughput", "--thresholds", "2,3", *SMALL, "--method", "sampled", "--seed", "3", "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    exact = ThroughputModel([[0.65, 0.35], [1, 0]], [[1, 0], [1, 0]], [0.006, 0.0279], 1e-4).solve(5, [2, 3])
+    assert out["method"] == "sampled" and out["num_states"] == 0
+    assert 0 < out["std_error_tok_s"] < 0.01 * out["throughput_tok_s"]
+    assert out["throughput_tok_s"] == pytest.approx(exact.throughput_tok_s, rel=0.02)
+    table = run("optimize", *SMALL, "--method", "sampled")
+    assert table.exit_code == 0, table.output
+    assert "(sampled" in table.stdout and "±" in table.stdout
+
+
+def test_optimize_auto_is_exact_on_a_small_chain():
+    out = json.loads(run("optimize", *SMALL, "--method", "auto", "--json").stdout)
+    assert out["method"] == "exact"
+    assert all(c["num_states"] > 0 for c in out["candidates"])
+
+
+def test_unknown_method_names_the_option():
+    result = run("optimize", *SMALL, "--method", "fast")
+    assert result.exit_code == 2
+    assert "--method" in result.output and "exact, sampled, auto" in result.output
 
 
 def test_optimize_table_marks_the_best():

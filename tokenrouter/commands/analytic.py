@@ -33,6 +33,8 @@ OPTION_OF = {
     "thresholds": "--thresholds",
     "workers": "--workers",
     "min_gain": "--min-gain",
+    "method": "--method",
+    "seed": "--seed",
 }
 
 P_OPTION = typer.Option(opt.DEFAULT_P, "--P", help="Routing matrix P (rows sum to 1): JSON or 'a,b;c,d'.")
@@ -46,6 +48,12 @@ QUANTUM_OPTION = typer.Option("0.1", "--quantum-ms", help="Time grid in ms; late
 CONCURRENCY_OPTION = typer.Option(str(opt.DEFAULT_CONCURRENCY), "--concurrency", help="Closed-loop requests N.")
 MAX_BATCH_OPTION = typer.Option(None, "--max-batch", help="Max batch per model, e.g. '8,4' (default: no cap).")
 JSON_OPTION = typer.Option(False, "--json", help="Print one JSON object instead of a table.")
+METHOD_OPTION = typer.Option(
+    "exact",
+    "--method",
+    help="exact (the Markov chain), sampled (Monte Carlo of the same process, for large N) or auto.",
+)
+SEED_OPTION = typer.Option(0, "--seed", help="Seed of the sampled method (same seed, same numbers).")
 
 
 @cli_errors
@@ -57,15 +65,17 @@ def throughput(
     concurrency: str = CONCURRENCY_OPTION,
     thresholds: str | None = typer.Option(None, "--thresholds", help="B_i per model, e.g. '2,10' (default: 1s)."),
     max_batch: str | None = MAX_BATCH_OPTION,
+    method: str = METHOD_OPTION,
+    seed: int = SEED_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Long-run committed tokens per second of one threshold vector."""
-    model, num_requests = _model(P, C, latency_ms, quantum_ms, concurrency, max_batch)
+    model, num_requests = _model(P, C, latency_ms, quantum_ms, concurrency, max_batch, seed)
     vector = opt.parse_thresholds(thresholds, model.num_models) if thresholds else [1] * model.num_models
     with _named_fields():
-        result = model.solve(num_requests, vector)
+        result = model.solve(num_requests, vector, method=method)
     if as_json:
-        print(json.dumps(_result_dict(result) | {"num_states": result.num_states}))
+        print(json.dumps(_result_dict(result) | {"num_states": result.num_states, "method": result.method}))
     else:
         _print_throughput(result, num_requests)
 
@@ -80,13 +90,17 @@ def optimize(
     max_batch: str | None = MAX_BATCH_OPTION,
     workers: str = typer.Option("1", "--workers", help="Processes solving candidates in parallel."),
     min_gain: float = typer.Option(0.0, "--min-gain", help="Prefer thresholds of 1 unless the best gains more."),
+    method: str = METHOD_OPTION,
+    seed: int = SEED_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Solve every feasible threshold vector and print the best and the table of candidates."""
-    model, num_requests = _model(P, C, latency_ms, quantum_ms, concurrency, max_batch)
+    model, num_requests = _model(P, C, latency_ms, quantum_ms, concurrency, max_batch, seed)
     num_workers = _integer(workers, "--workers")
     with _named_fields():
-        result = model.optimize(num_requests, clock=time.perf_counter, workers=num_workers, min_gain=min_gain)
+        result = model.optimize(
+            num_requests, clock=time.perf_counter, workers=num_workers, min_gain=min_gain, method=method
+        )
     ranked = sorted(result.candidates, key=lambda c: -c.throughput_tok_s)
     if as_json:
         print(json.dumps(_optimize_dict(result, ranked)))
@@ -95,9 +109,9 @@ def optimize(
 
 
 def _model(
-    P: str, C: str, latency_ms: str, quantum_ms: str, concurrency: str, max_batch: str | None
+    P: str, C: str, latency_ms: str, quantum_ms: str, concurrency: str, max_batch: str | None, seed: int = 0
 ) -> tuple[ThroughputModel, int]:
-    from trcore.throughput import ThroughputModel
+    from trcore.throughput import SamplingConfig, ThroughputModel
 
     p = opt.parse_matrix(P, "--P")
     c = opt.parse_matrix(C, "--C")
@@ -109,7 +123,7 @@ def _model(
     if caps is not None and len(caps) != num_models:
         raise ConfigError("--max-batch", f"needs {num_models} values (one per model), got {len(caps)}")
     with _named_fields():
-        model = ThroughputModel(p, c, latency, quantum_s=quantum / 1000, max_batch=caps)
+        model = ThroughputModel(p, c, latency, quantum_s=quantum / 1000, max_batch=caps, sampling=SamplingConfig(seed))
     return model, num_requests
 
 
@@ -178,7 +192,12 @@ def _named_fields() -> Iterator[None]:
 
 
 def _result_dict(result: ThroughputResult) -> dict[str, Any]:
-    return {"thresholds": list(result.thresholds), "throughput_tok_s": result.throughput_tok_s}
+    """Thresholds, throughput and its standard error (0.0 when solved exactly)."""
+    return {
+        "thresholds": list(result.thresholds),
+        "throughput_tok_s": result.throughput_tok_s,
+        "std_error_tok_s": result.std_error_tok_s,
+    }
 
 
 def _optimize_dict(result: OptimizeResult, ranked: list[ThroughputResult]) -> dict[str, Any]:
@@ -187,6 +206,7 @@ def _optimize_dict(result: OptimizeResult, ranked: list[ThroughputResult]) -> di
         "throughput_tok_s": result.throughput_tok_s,
         "candidates": [_result_dict(c) | {"num_states": c.num_states} for c in ranked],
         "elapsed_s": result.elapsed_s,
+        "method": result.method,
     }
 
 
@@ -199,7 +219,7 @@ def _print_throughput(result: ThroughputResult, num_requests: int) -> None:
     table = Table()
     for name in ("thresholds", "tok/s", "states"):
         table.add_column(name, justify="right")
-    table.add_row(_vector(result.thresholds), f"{result.throughput_tok_s:.2f}", str(result.num_states))
+    table.add_row(_vector(result.thresholds), _rate(result), _states(result))
     console.print(table)
 
 
@@ -209,7 +229,9 @@ def _print_optimize(result: OptimizeResult, ranked: list[ThroughputResult], num_
 
     console = Console()
     total_states = sum(c.num_states for c in ranked)
-    console.print(f"{len(ranked)} feasible threshold vectors, {num_requests} concurrent requests, best first")
+    console.print(
+        f"{len(ranked)} feasible threshold vectors, {num_requests} concurrent requests, best first ({result.method})"
+    )
     table = Table()
     for name in ("", "thresholds", "tok/s", "vs best", "states"):
         table.add_column(name, justify="right")
@@ -218,16 +240,27 @@ def _print_optimize(result: OptimizeResult, ranked: list[ThroughputResult], num_
         table.add_row(
             "best" if is_best else "",
             _vector(c.thresholds),
-            f"{c.throughput_tok_s:.2f}",
+            _rate(c),
             f"{c.throughput_tok_s / result.throughput_tok_s:.1%}",
-            str(c.num_states),
+            _states(c),
             style="bold green" if is_best else None,
         )
     console.print(table)
-    console.print(
-        f"best thresholds {_vector(result.thresholds)}: {result.throughput_tok_s:.2f} tok/s "
-        f"({total_states} states over all candidates, {result.elapsed_s:.2f} s)"
-    )
+    work = f"{total_states} states over all candidates" if result.method == "exact" else "sampled"
+    best = next((c for c in ranked if c.thresholds == result.thresholds), None)
+    rate = _rate(best) if best else f"{result.throughput_tok_s:.2f}"
+    console.print(f"best thresholds {_vector(result.thresholds)}: {rate} tok/s ({work}, {result.elapsed_s:.2f} s)")
+
+
+def _rate(result: ThroughputResult) -> str:
+    """Tokens per second, with the standard error of a sampled value."""
+    if result.std_error_tok_s > 0:
+        return f"{result.throughput_tok_s:.2f} ± {result.std_error_tok_s:.2f}"
+    return f"{result.throughput_tok_s:.2f}"
+
+
+def _states(result: ThroughputResult) -> str:
+    return str(result.num_states) if result.num_states else "-"
 
 
 def _vector(values: tuple[int, ...]) -> str:

@@ -19,6 +19,11 @@ class ThroughputResult:
     thresholds: tuple[int, ...]
     std_error_tok_s: float = 0.0
 
+    @property
+    def method(self) -> str:
+        """``exact`` or ``sampled``: how the throughput was found."""
+        return "exact" if self.num_states > 0 else "sampled"
+
 
 @dataclass(frozen=True)
 class OptimizeResult:

@@ -56,6 +56,8 @@ class SamplingConfig:
     min_warmup_epochs: int = 200
 
     def __post_init__(self) -> None:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError("seed", f"must be an integer >= 0, got {self.seed!r}")
         for name in ("copies", "confirm_copies", "round_epochs", "max_epochs"):
             if getattr(self, name) < 2:
                 raise ConfigError(name, f"must be >= 2, got {getattr(self, name)}")
