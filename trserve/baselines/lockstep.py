@@ -1,10 +1,12 @@
 """The ``lockstep`` baseline: one process drives every model's engine, one model at a time.
 
-``python -m trserve.baselines.lockstep RUN_JSON 0``. The driver holds one ``trcore.Subserver`` per model (threshold
-1) and runs rounds: each model with ready requests steps them in turn while the others wait, and hand-offs are
-applied at once, so a request routed to another model is stepped there in the same round and the rest of the
-batch waits for it (the pattern of the official R2R code). Engines live in engine-only workers (one vLLM engine
-per process); since they never run at the same time, each may use all of the machine's cores.
+``python -m trserve.baselines.lockstep RUN_JSON 0``. R2R's original loop: the entry (small) model steps the whole
+batch; the requests it routes away are stepped on their model while the rest of the batch waits, for as many
+steps as their visit lasts, and the entry model steps again only when every request is back. The same semantics
+as the simulator's ``lockstep`` baseline (the entry model waits for all active requests) and the throughput
+model's B = (N, 1). The driver holds one ``trcore.Subserver`` per model (threshold 1) and never runs two models
+at once. Engines live in engine-only workers (one vLLM engine per process); since they never run at the same
+time, each may use all of the machine's cores.
 """
 
 from __future__ import annotations
@@ -66,9 +68,15 @@ class LockstepDriver:
         busy = any(sub.num_ready for sub in self.subs)
         self._handle_all([*self._drain_backlog(), *self.mailbox.receive_all(0 if busy else 1.0)])
         for sub in self.subs:
+            if sub.model == self.entry and self._anyone_away():
+                continue  # the batch waits until every routed request is back
             batch = sub.launch(self.clock())
             if batch is not None:
                 self._step(sub, batch)
+
+    def _anyone_away(self) -> bool:
+        """Whether a model other than the entry model holds a request ready to step."""
+        return any(sub.num_ready for sub in self.subs if sub.model != self.entry)
 
     def _drain_backlog(self) -> list[Any]:
         out = list(self._backlog)
