@@ -110,7 +110,7 @@ class BenchRunner:
     def _run_system(self, system: str, router: str) -> None:
 
         state = self.routers.get(router)
-        table = state.optimized if state and system in OPTIMIZED else None
+        table = _threshold_table(system, state) if state and system in OPTIMIZED else None
         cfg = system_config(self.plan.base, system, "rstitch" if router == "none" else router, table)
         path = Path(tempfile.mkstemp(prefix=f"bench-{system}-", suffix=".yaml")[1])
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -173,11 +173,11 @@ class BenchRunner:
         """Out-of-sample model and simulator figures for ``cell`` (latencies from the calibration profiles, routing
         statistics from the ``tokenrouter-b1`` runs), and, labelled apart, the model fed this cell's own measured
         step times (a diagnosis, never a result). Systems whose engines run on another core layout than the
-        profiles' (lockstep and llm-only give every engine all cores) have no independent prediction: "-"."""
+        profiles' (lockstep and llm-only give every engine all cores) are predicted from profiles of that placement
+        (``<tag>-allcores``, made by ``tokenrouter calibrate`` on ``configs/allcores-*.yaml``), else "-"."""
         n = cell.concurrency
         if cell.system in ("llm-only", "lockstep"):
-            cell.latency_source = "none: no profile of this placement"
-            self._diagnose(cell, *self._routing(cell))
+            self._predict_all_cores(cell)
             return
         if cell.system == "per-token":
             self._predict_per_token(cell)
@@ -194,13 +194,32 @@ class BenchRunner:
         cell.predicted_sim = predict.sim_prediction(P, C, tables, n, thresholds, baseline, self.plan.sim_tokens)
         self._diagnose(cell, P, C, thresholds)
 
+    def _predict_all_cores(self, cell: Cell) -> None:
+        tag = f"{hardware_tag()}-allcores"
+        top = max(self.plan.concurrencies)
+        found = [predict.profile_table(name, tag, top) for name in self._model_names(cell.system)]
+        P, C, thresholds = self._routing(cell)
+        if cell.system == "lockstep" and cell.router not in self.routers:
+            return
+        if all(t is not None for t in found):
+            tables = [t for t in found if t is not None]
+            cell.latency_source = f"calibration profile ({tag})"
+            cell.predicted_model = predict.model_prediction(P, C, tables, cell.concurrency, thresholds)
+            sim_baseline = "lockstep" if cell.system == "lockstep" else "tokenrouter"
+            sim_b = [1] * len(tables) if cell.system == "lockstep" else thresholds
+            cell.predicted_sim = predict.sim_prediction(P, C, tables, cell.concurrency, sim_b, sim_baseline,
+                                                        self.plan.sim_tokens)  # fmt: skip
+        else:
+            cell.latency_source = f"none: no profile of this placement ({tag})"
+        self._diagnose(cell, P, C, thresholds)
+
     def _routing(self, cell: Cell) -> tuple[list[list[float]], list[list[float]], list[int]]:
         """P, C and the thresholds the model reads for ``cell`` (lockstep: the entry model waits for the batch)."""
         n = cell.concurrency
         if cell.system == "llm-only":
             return [[1.0]], [[1.0]], [1]
         state = self.routers[cell.router]
-        thresholds = [n, 1] if cell.system == "lockstep" else _model_thresholds(cell.system, n, state.optimized)
+        thresholds = [n, 1] if cell.system == "lockstep" else _model_thresholds(cell.system, n, state)
         return state.P, state.C, thresholds
 
     def _diagnose(self, cell: Cell, P: list[list[float]], C: list[list[float]], thresholds: list[int]) -> None:
@@ -249,11 +268,17 @@ class BenchRunner:
         self.display.direct_done(self.direct)
 
 
-_SIM_BASELINE = {"tokenrouter": "tokenrouter", "tokenrouter-readmit": "tokenrouter", "tokenrouter-b1": "b1"}
+_SIM_BASELINE = {"tokenrouter": "tokenrouter", "tokenrouter-bstar": "tokenrouter", "tokenrouter-readmit": "tokenrouter",
+                 "tokenrouter-b1": "b1"}  # fmt: skip
 
 
-def _model_thresholds(system: str, n: int, optimized: dict[int, list[int]]) -> list[int]:
-    return list(optimized[n]) if system in OPTIMIZED else [1, 1]
+def _threshold_table(system: str, state: RouterState) -> dict[int, list[int]]:
+    """The thresholds per concurrency a system runs: the unconstrained best for ``tokenrouter-bstar``, else B*."""
+    return state.unconstrained if system == "tokenrouter-bstar" else state.optimized
+
+
+def _model_thresholds(system: str, n: int, state: RouterState) -> list[int]:
+    return list(_threshold_table(system, state)[n]) if system in OPTIMIZED else [1, 1]
 
 
 def _pool(stats: Sequence[list[StepStats]]) -> list[StepStats]:

@@ -5,6 +5,8 @@ Every system runs on the same engines and placement; only the scheduling differs
 * ``tokenrouter``: asynchronous subservers, sessions (pending state), the optimizer's thresholds as a table keyed
   by the number of active requests (so one server serves every concurrency with its own ``B*``);
 * ``tokenrouter-b1``: the same with ``B = 1`` (no delayed batching);
+* ``tokenrouter-bstar``: the same with the optimizer's best vector regardless of the minimum gain (so delayed
+  batching is measured even where the minimum-gain rule keeps ``tokenrouter`` at ``B = 1``);
 * ``tokenrouter-readmit``: optimizer thresholds, hand-off by abort + re-add with prefix caching;
 * ``lockstep``: the server's ``mode: lockstep`` (``trserve.baselines.lockstep``): one driver steps one model at a
   time while the rest of the batch waits, the official R2R pattern;
@@ -21,9 +23,11 @@ from typing import Any
 from trcore.errors import ConfigError
 from trserve.server.defaults import LOCAL_PAIR_RSTITCH
 
-SYSTEMS = ("tokenrouter", "tokenrouter-b1", "tokenrouter-readmit", "lockstep", "per-token", "llm-only")
-#: Systems whose thresholds come from the throughput model's optimizer.
-OPTIMIZED = ("tokenrouter", "tokenrouter-readmit")
+SYSTEMS = (
+    "tokenrouter", "tokenrouter-b1", "tokenrouter-bstar", "tokenrouter-readmit", "lockstep", "per-token", "llm-only"
+)  # fmt: skip
+#: Systems whose thresholds come from the throughput model's optimizer (``tokenrouter-bstar``: without min gain).
+OPTIMIZED = ("tokenrouter", "tokenrouter-bstar", "tokenrouter-readmit")
 #: Router parameters giving about 10-35% large-model tokens on the local pair (measured fraction is reported).
 ROUTER_PARAMS: dict[str, dict[str, Any]] = {
     "rstitch": dict(LOCAL_PAIR_RSTITCH),
@@ -73,6 +77,7 @@ def system_config(
     builders: dict[str, Callable[[], dict[str, Any]]] = {
         "tokenrouter": lambda: _policy([1] * len(models), _tables(_need(table, system), len(models)), 50.0),
         "tokenrouter-b1": lambda: _policy([1] * len(models), None, None),
+        "tokenrouter-bstar": lambda: _policy([1] * len(models), _tables(_need(table, system), len(models)), 50.0),
         "tokenrouter-readmit": lambda: _policy([1] * len(models), _tables(_need(table, system), len(models)), 50.0),
         "lockstep": lambda: _policy([1] * len(models), None, None),
         "per-token": lambda: _policy([1] * len(models), None, None),
