@@ -9,7 +9,6 @@ from trsim import BASELINES, PerTokenConfig, apply_baseline, simulate
 from trsim.baselines import PerTokenLatency
 from trsim.latency import ConstantModel
 
-
 #: Recompute priced explicitly: the constant latency models of these tests have no extend term.
 PRICED = PerTokenConfig(recompute_s_per_token=2e-5)
 

@@ -49,6 +49,7 @@ def test_formula_on_a_hand_counted_qwen3():
 def test_transformers_builds_the_shape_on_meta_with_the_formula_count(name):
     import torch
     import transformers
+
     data = load_shape(name)
     config = transformers.AutoConfig.for_model(data.pop("model_type"), **data)
     with torch.device("meta"):
