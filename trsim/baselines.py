@@ -31,7 +31,7 @@ class PerTokenLatency(LatencyModel):
     """
 
     def __init__(self, inner: LatencyModel, model: int, costs: PerTokenConfig) -> None:
-        if costs.recompute_s_per_token is None and not inner.prices_extend:
+        if costs.recompute_cost(model) is None and not inner.prices_extend:
             raise ConfigError(
                 "per_token.recompute_s_per_token",
                 f"the {inner.name or type(inner).__name__} latency model has no extend term, so recomputed tokens "
@@ -40,7 +40,7 @@ class PerTokenLatency(LatencyModel):
         self.inner, self.model, self.costs = inner, model, costs
 
     def __call__(self, batch: Batch) -> float:
-        block, m, rate = self.costs.block_size, self.model, self.costs.recompute_s_per_token
+        block, m, rate = self.costs.block_size, self.model, self.costs.recompute_cost(self.model)
         recompute = sum(r.anchors[m] % block for r in batch.requests)
         blocks = sum(ctx // block for ctx in batch.context_lens)
         extend = sum(batch.num_new_tokens) - batch.size
@@ -76,7 +76,7 @@ def lockstep(config: SimConfig) -> SimConfig:
 
 
 def per_token(config: SimConfig) -> SimConfig:
-    return replace(b1(config), per_token=config.per_token or PerTokenConfig())
+    return replace(b1(config), per_token=config.per_token or config.per_token_costs or PerTokenConfig())
 
 
 def llm_only(config: SimConfig) -> SimConfig:

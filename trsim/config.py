@@ -22,27 +22,40 @@ class PerTokenConfig:
     * ``prefix_match_s_per_block``: engine time to hash and match one cached KV block of the context;
     * ``block_size``: KV block size (vLLM's CPU backend: 32); the tokens after the last full cached block are
       recomputed;
-    * ``recompute_s_per_token``: what recomputing one such token costs. None: the latency model's own extend term
-      prices it, and a latency model without one (constant, table, linear) is refused rather than letting the
-      recompute cost nothing.
+    * ``recompute_s_per_token``: what recomputing one such token costs (one figure, or one per model). None: the
+      latency model's own extend term prices it, and a latency model without one (constant, table, linear) is
+      refused rather than letting the recompute cost nothing.
     """
 
     client_rtt_s: float = 1e-3
     readmit_s: float = 1e-4
     prefix_match_s_per_block: float = 5e-7
     block_size: int = 32
-    recompute_s_per_token: float | None = None
+    recompute_s_per_token: float | tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
-        costs = (self.client_rtt_s, self.readmit_s, self.prefix_match_s_per_block, self.recompute_s_per_token or 0)
+        recompute = self.recompute_s_per_token
+        per_model = recompute if isinstance(recompute, tuple) else (recompute or 0.0,)
+        costs = (self.client_rtt_s, self.readmit_s, self.prefix_match_s_per_block, *per_model)
         if min(costs) < 0 or self.block_size < 1:
             raise ConfigError("per_token", "costs must be >= 0 and block_size >= 1")
+
+    def recompute_cost(self, model: int) -> float | None:
+        """Model ``model``'s cost per recomputed token (None: priced by its latency model)."""
+        cost = self.recompute_s_per_token
+        if isinstance(cost, tuple):
+            if model >= len(cost):
+                raise ConfigError("per_token.recompute_s_per_token", f"gives {len(cost)} costs, model {model} has none")
+            return cost[model]
+        return cost
 
 
 @dataclass(frozen=True)
 class SimConfig:
     """Everything one run needs. ``latency[m]`` and ``policies[m]`` describe model ``m`` (small to large by
-    convention); requests enter at ``entry_model``; hand-offs take ``transfer_delay_s``."""
+    convention); requests enter at ``entry_model``; hand-offs take ``transfer_delay_s``. ``per_token`` set means
+    this run *is* per-token serving; ``per_token_costs`` are the costs the ``per-token`` baseline will use (a
+    scenario's ``per_token`` block), without changing any other run."""
 
     latency: tuple[LatencyModel, ...]
     policies: tuple[BatchingPolicy, ...]
@@ -53,6 +66,7 @@ class SimConfig:
     entry_model: int = 0
     seed: int = 0
     per_token: PerTokenConfig | None = None
+    per_token_costs: PerTokenConfig | None = None
     model_names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

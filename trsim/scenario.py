@@ -119,7 +119,7 @@ class PerTokenSpec(_Strict):
     readmit_ms: float = Field(default=0.1, ge=0)
     prefix_match_us_per_block: float = Field(default=0.5, ge=0)
     block_size: int = Field(default=32, ge=1)
-    recompute_us_per_token: float | None = Field(default=None, ge=0)
+    recompute_us_per_token: float | list[float] | None = None
 
 
 class SignalSpec(_Strict):
@@ -169,7 +169,7 @@ def scenario_config(scenario: Scenario, base_dir: str | Path = ".") -> SimConfig
         transfer_delay_s=scenario.transfer_delay_ms / 1000,
         entry_model=scenario.entry_model,
         seed=scenario.seed,
-        per_token=_per_token(scenario.per_token),
+        per_token_costs=_per_token(scenario.per_token),
         model_names=tuple(m.name or f"model{i}" for i, m in enumerate(scenario.models)),
     )
     if scenario.router.program == "trace":
@@ -262,6 +262,12 @@ def _workload(spec: WorkloadSpec, base: Path) -> WorkloadConfig:
     return replace(config, **{k: v for k, v in overrides.items() if v is not None})
 
 
+def _per_second(us: float | list[float] | None) -> float | tuple[float, ...] | None:
+    if us is None or isinstance(us, int | float):
+        return None if us is None else us / 1e6
+    return tuple(x / 1e6 for x in us)
+
+
 def _per_token(spec: PerTokenSpec | None) -> PerTokenConfig | None:
     if spec is None:
         return None
@@ -270,5 +276,5 @@ def _per_token(spec: PerTokenSpec | None) -> PerTokenConfig | None:
         readmit_s=spec.readmit_ms / 1000,
         prefix_match_s_per_block=spec.prefix_match_us_per_block / 1e6,
         block_size=spec.block_size,
-        recompute_s_per_token=None if spec.recompute_us_per_token is None else spec.recompute_us_per_token / 1e6,
+        recompute_s_per_token=_per_second(spec.recompute_us_per_token),
     )
