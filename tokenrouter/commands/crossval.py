@@ -29,7 +29,12 @@ def crossval(
     max_tokens: int = typer.Option(96, "--max-tokens", help="Output tokens per request (no stop tokens)."),
     warmup_s: float = typer.Option(3.0, "--warmup-s", help="Seconds per cell before the measured window."),
     measure_s: float = typer.Option(12.0, "--measure-s", help="Measured seconds per cell."),
-    repeats: int = typer.Option(1, "--repeats", help="Runs per cell (interleaved over the whole grid)."),
+    repeats: int = typer.Option(
+        2, "--repeats", help="Runs per cell (interleaved); from 2 on, the first is the input, the rest scored."
+    ),
+    workload: str = typer.Option("fixed", "--workload", help="Workloads, from fixed, reasoning (comma-separated)."),
+    drift: str = typer.Option("scale", "--drift", help="Drift probe: scale, stop, report or skip."),
+    drift_tolerance: float = typer.Option(0.05, "--drift-tolerance", help="Relative drift beyond which stop stops."),
     sim_s: float = typer.Option(120.0, "--sim-s", help="Simulated seconds per cell."),
     profiles: Path | None = typer.Option(
         None, "--profiles", help="Profile folder [calibration/profiles/<hardware-tag>]."
@@ -41,9 +46,11 @@ def crossval(
     from tokenrouter import options as opt
     from tokenrouter.commands.serve import _load
     from trcore.errors import ConfigError
+    from trserve.crossval.drift import DRIFT_MODES
     from trserve.crossval.plan import RouterChoice, make_plan
     from trserve.crossval.predict import load_calibration
     from trserve.crossval.run import run_crossval, write_outputs
+    from trserve.crossval.workloads import WORKLOADS, make_workload
     from trserve.hardware import hardware_tag
     from trserve.paths import calibration_dir
 
@@ -56,8 +63,14 @@ def crossval(
     for key, value in {"--max-tokens": max_tokens, "--repeats": repeats, "--full-grid-max-n": full_grid_max_n}.items():
         if value < 1:
             raise ConfigError(key, f"must be >= 1, got {value}")
-    for key, fvalue in {"--measure-s": measure_s, "--sim-s": sim_s}.items():
+    for key, fvalue in {"--measure-s": measure_s, "--sim-s": sim_s, "--drift-tolerance": drift_tolerance}.items():
         opt.check_positive(fvalue, key)
+    workloads = [w.strip() for w in workload.split(",") if w.strip()]
+    for name in workloads or [""]:
+        if name not in WORKLOADS:
+            raise ConfigError("--workload", f"unknown workload {name!r}; valid: {', '.join(WORKLOADS)}")
+    if drift not in DRIFT_MODES:
+        raise ConfigError("--drift", f"unknown mode {drift!r}; valid: {', '.join(DRIFT_MODES)}")
     plan = make_plan(
         cfg.num_models,
         opt.parse_ints(concurrency, "--concurrency"),
@@ -71,16 +84,35 @@ def crossval(
     )
     tag = hardware_tag()
     calibration = load_calibration(profiles or calibration_dir("profiles", tag), [m.name for m in cfg.models])
-    typer.echo(f"crossval: {plan.num_cells} cells, about {plan.run_seconds / 60:.1f} min of measurement", err=True)
-    doc, traces = run_crossval(cfg, plan, calibration, sim_s, progress=lambda msg: typer.echo(msg, err=True))
-    written = write_outputs(doc, traces, out or calibration_dir("crossval", tag), f"Cross-validation on {tag}")
-    for name, s in doc["summary"].items():
-        typer.echo(
-            f"{name}: model median {s['model_median_rel_error']:.1%} max {s['model_max_rel_error']:.1%} "
-            f"best ok {s['model_best_matches']}; sim median {s['sim_median_rel_error']:.1%} "
-            f"max {s['sim_max_rel_error']:.1%} best ok {s['sim_best_matches']}"
+    minutes = len(workloads) * plan.run_seconds / 60
+    typer.echo(f"crossval: {plan.num_cells} cells x {len(workloads)} workload(s), about {minutes:.1f} min", err=True)
+    base = out or calibration_dir("crossval", tag)
+    for name in workloads:
+        client = make_workload(name, cfg, max_tokens, warmup_s, measure_s, seed)
+        doc, traces = run_crossval(
+            cfg, plan, calibration, client, sim_s, lambda msg: typer.echo(msg, err=True), drift, drift_tolerance
         )
-    typer.echo("wrote " + ", ".join(str(p) for p in written))
+        folder = base if len(workloads) == 1 else base / name
+        written = write_outputs(doc, traces, folder, f"Cross-validation on {tag}, {name} workload")
+        _echo_summary(name, doc)
+        typer.echo("wrote " + ", ".join(str(p) for p in written))
+
+
+def _echo_summary(workload: str, doc: dict[str, Any]) -> None:
+    sample = "out of sample" if all(s["out_of_sample"] for s in doc["summary"].values()) else "IN SAMPLE"
+    typer.echo(f"{workload} workload ({sample}; drift probe: {doc['drift']['action']}):")
+    for name, s in doc["summary"].items():
+        lat = s["latency"]
+        typer.echo(
+            f"  {name}: model median {s['model_median_rel_error']:.1%} max {s['model_max_rel_error']:.1%} "
+            f"best ok {s['model_best_matches']}; sim median {s['sim_median_rel_error']:.1%} "
+            f"max {s['sim_max_rel_error']:.1%} best ok {s['sim_best_matches']}; sim tpot_p50 median "
+            f"{_pct(lat['tpot_p50']['sim_median_rel_error'])}, e2e_p99 max {_pct(lat['e2e_p99']['sim_max_rel_error'])}"
+        )
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1%}"
 
 
 def _router(

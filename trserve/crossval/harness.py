@@ -35,13 +35,15 @@ ProgramFactory = Callable[[int], RoutingProgram]
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One engine step as the front end saw it: when, on which model, batch size, engine time, fed tokens."""
+    """One engine step as the front end saw it: when, on which model, batch size, engine time, fed tokens and
+    the hand-offs to other models it made."""
 
     time: float
     model: int
     batch_size: int
     step_s: float
     num_new_tokens: int
+    num_handoffs: int = 0
 
 
 class CrossvalFrontEnd(FrontEnd):
@@ -61,7 +63,9 @@ class CrossvalFrontEnd(FrontEnd):
             return
         if isinstance(msg, StepReport):
             self.step_log.append(
-                StepRecord(time.monotonic(), msg.model, msg.batch_size, msg.step_s, msg.num_new_tokens)
+                StepRecord(
+                    time.monotonic(), msg.model, msg.batch_size, msg.step_s, msg.num_new_tokens, msg.num_handoffs
+                )
             )
         super().handle(msg)
 
@@ -76,19 +80,34 @@ class CrossvalFrontEnd(FrontEnd):
 
 @dataclass(frozen=True)
 class ClientWorkload:
-    """The fixed closed-loop workload: prompts (token ids, cycled), output length, sampling, window lengths."""
+    """The closed-loop workload: prompts (token ids, cycled), output length, sampling, window lengths.
+    ``output_lengths`` (cycled with the prompts' counter) replaces the fixed ``max_tokens`` when given."""
 
     prompts: tuple[tuple[int, ...], ...]
     max_tokens: int
     warmup_s: float
     measure_s: float
     sampling: dict[str, Any] = field(default_factory=dict)
+    output_lengths: tuple[int, ...] = ()
+    name: str = "fixed"
+
+    def output_length(self, k: int) -> int:
+        """Output tokens of the workload's ``k``-th request."""
+        return self.output_lengths[k % len(self.output_lengths)] if self.output_lengths else self.max_tokens
+
+    @property
+    def mean_output(self) -> float:
+        """Mean output tokens per request."""
+        lengths = self.output_lengths or (self.max_tokens,)
+        return sum(lengths) / len(lengths)
 
 
 @dataclass
 class CellRun:
     """What one real cell measured: tokens in the window, its length, traces of finished full-length requests,
-    all traces (shortened first requests, and requests cut off at the end, included), and the window's steps."""
+    all traces (shortened first requests, and requests cut off at the end, included), the window's steps, each
+    request's intended output length, and per finished full-length request (submitted, first token, done, output
+    tokens) on the monotonic clock."""
 
     throughput_tok_s: float
     num_tokens: int
@@ -97,6 +116,9 @@ class CellRun:
     traces: list[RequestTrace]
     steps: list[StepRecord]
     num_finished: int
+    intended_tokens: dict[str, int] = field(default_factory=dict)
+    full_length_ids: frozenset[str] = frozenset()
+    latencies: list[tuple[float, float, float, int]] = field(default_factory=list)
 
 
 @asynccontextmanager
@@ -139,10 +161,9 @@ async def run_cell(
     frontend.step_log.clear()
     client = _Client(frontend, workload, tag)
     start = time.monotonic()
-    # Session i's first request is (i + 1)/N of the full length, so requests are spread over their lifetime from
+    # Session i's first request is (i + 1)/N of its full length, so requests are spread over their lifetime from
     # the start (as in the steady state) instead of all being prefilled and finishing together.
-    firsts = [max(1, round(workload.max_tokens * (i + 1) / concurrency)) for i in range(concurrency)]
-    tasks = [asyncio.create_task(client.session(first)) for first in firsts]
+    tasks = [asyncio.create_task(client.session((i + 1) / concurrency)) for i in range(concurrency)]
     try:
         await asyncio.sleep(workload.warmup_s + workload.measure_s)
     finally:
@@ -160,19 +181,24 @@ async def run_cell(
     window = (start + workload.warmup_s, start + workload.warmup_s + workload.measure_s)
     traces = traces_from_events(events, client.specs)
     num_tokens = sum(n for t, n in client.arrivals if window[0] <= t < window[1])
+    full = client.finished & client.full_length
     return CellRun(
         throughput_tok_s=num_tokens / workload.measure_s,
         num_tokens=num_tokens,
         measured_s=workload.measure_s,
-        finished=[t for t in traces if t.request_id in client.finished and t.request_id in client.full_length],
+        finished=[t for t in traces if t.request_id in full],
         traces=traces,
         steps=[s for s in frontend.step_log if window[0] <= s.time < window[1]],
         num_finished=len(client.finished),
+        intended_tokens={rid: spec.max_tokens for rid, spec in client.specs.items()},
+        full_length_ids=frozenset(client.full_length),
+        latencies=[client.timings[rid] for rid in sorted(full) if rid in client.timings],
     )
 
 
 class _Client:
-    """N closed-loop sessions sharing one prompt cycle; records token arrival times and finished requests."""
+    """N closed-loop sessions sharing one prompt cycle; records token arrival times, finished requests and
+    their (submitted, first token, done, tokens) times."""
 
     def __init__(self, frontend: FrontEnd, workload: ClientWorkload, tag: str) -> None:
         self.frontend = frontend
@@ -183,27 +209,37 @@ class _Client:
         self.finished: set[str] = set()
         self.full_length: set[str] = set()
         self.specs: dict[str, RequestSpec] = {}
+        self.timings: dict[str, tuple[float, float, float, int]] = {}
         self.error: str | None = None
 
-    async def session(self, first_max_tokens: int) -> None:
+    async def session(self, first_fraction: float) -> None:
+        """Submit requests one after the other; the first is ``first_fraction`` of its drawn length."""
         wl = self.workload
-        max_tokens = first_max_tokens
+        fraction = first_fraction
         while True:
             k = next(self.counter)
             prompt = wl.prompts[k % len(wl.prompts)]
             rid = f"{self.tag}-{k}"
-            spec = RequestSpec(rid, len(prompt), max_tokens, frozenset(), time.monotonic(), dict(wl.sampling))
+            full = wl.output_length(k)
+            max_tokens = max(1, round(full * fraction)) if fraction < 1 else full
+            fraction = 1.0
+            submitted = time.monotonic()
+            spec = RequestSpec(rid, len(prompt), max_tokens, frozenset(), submitted, dict(wl.sampling))
             self.specs[rid] = spec
-            if max_tokens == wl.max_tokens:
+            if max_tokens == full:
                 self.full_length.add(rid)
-            max_tokens = wl.max_tokens
             gen = self.frontend.submit(spec, list(prompt), {})
+            first, count = 0.0, 0
             while True:
                 kind, value = await gen.events.get()
                 if kind == "tokens":
-                    self.arrivals.append((time.monotonic(), len(value)))
+                    now = time.monotonic()
+                    self.arrivals.append((now, len(value)))
+                    first = first or now
+                    count += len(value)
                 elif kind == "done":
                     self.finished.add(rid)
+                    self.timings[rid] = (submitted, first or time.monotonic(), time.monotonic(), count)
                     break
                 else:
                     self.error = str(value)

@@ -16,6 +16,7 @@ from trcore.traces import RequestTrace
 from trsim.build import with_traces
 from trsim.config import SimConfig
 from trsim.driver import simulate
+from trsim.metrics import SimResult
 from trsim.profile import latency_from_profile, load_profile
 from trsim.workload import WorkloadConfig
 
@@ -57,11 +58,13 @@ def routing_stats(traces: Sequence[RequestTrace], num_models: int, entry_model: 
     return estimate_routing_stats(traces, num_models, entry_model=entry_model)
 
 
-def typical_context(traces: Sequence[RequestTrace], max_tokens: int) -> int:
-    """Mean context of a decode step: mean prompt length plus half the output."""
+def typical_context(traces: Sequence[RequestTrace], output_lengths: Sequence[int]) -> int:
+    """Mean context of a decode step: mean prompt length plus the mean output position of a step, which for
+    requests of lengths L is sum(L^2) / (2 sum(L)) (half the output when all are equally long)."""
     prompts = [t.num_prompt_tokens for t in traces if t.num_prompt_tokens is not None]
     mean_prompt = sum(prompts) / len(prompts) if prompts else 0.0
-    return max(1, round(mean_prompt + max_tokens / 2))
+    position = sum(n * n for n in output_lengths) / (2 * sum(output_lengths)) if output_lengths else 0.0
+    return max(1, round(mean_prompt + position))
 
 
 def typical_extend(traces: Sequence[RequestTrace], num_models: int) -> list[float]:
@@ -109,7 +112,19 @@ def sim_prediction(
     seed: int = 0,
 ) -> float:
     """Simulator tok/s of one cell: calibrated latency models, sessions replaying ``traces`` in turn."""
+    return sim_result(traces, calibration, concurrency, thresholds, max_batch, sim_s, seed).throughput_tok_s
 
+
+def sim_result(
+    traces: Sequence[RequestTrace],
+    calibration: Calibration,
+    concurrency: int,
+    thresholds: tuple[int, ...],
+    max_batch: int,
+    sim_s: float,
+    seed: int = 0,
+) -> SimResult:
+    """The simulator's whole result for one cell (see :func:`sim_prediction`)."""
     policies = tuple(BatchingPolicy(threshold=b, max_batch=max_batch) for b in thresholds)
     base = SimConfig(
         latency=tuple(calibration.latency),
@@ -119,4 +134,4 @@ def sim_prediction(
     )
     config = with_traces(base, traces)
     warmup = max(1, sum(t.output_length for t in traces[:concurrency]) // 2)
-    return simulate(config, time_s=sim_s, warmup_tokens=warmup).throughput_tok_s
+    return simulate(config, time_s=sim_s, warmup_tokens=warmup)

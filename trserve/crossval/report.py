@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from trserve.crossval.fidelity import LATENCY_METRICS
+
 #: A predictor's best threshold vector "matches" when its measured throughput is within this of the best.
 BEST_TOLERANCE = 0.02
 PREDICTORS = ("model", "sim")
@@ -62,15 +64,20 @@ def summarize(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def markdown_table(
-    cells: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], diagnosis: Mapping[str, Any] | None = None
+    cells: Sequence[Mapping[str, Any]],
+    summary: Mapping[str, Any],
+    diagnosis: Mapping[str, Any] | None = None,
+    inputs: str = "",
 ) -> str:
-    """The per-cell table and the per-router summary, in markdown."""
-    lines = [
+    """The per-cell table ("±" is half the range of the scored repeats: for two, half their gap), the per-router
+    summary, the latency-fidelity table and the labelled in-sample diagnosis, in markdown."""
+    lines = [f"Prediction inputs: {inputs}.", ""] if inputs else []
+    lines += [
         "| router | N | thresholds | measured tok/s | model tok/s | model err | sim tok/s | sim err |",
         "|---|---:|---|---:|---:|---:|---:|---:|",
     ]
     for c in cells:
-        spread = f" ±{c['measured_spread']:.1f}" if c.get("measured_spread") else ""
+        spread = f" ±{c['measured_half_range']:.1f}" if c.get("measured_half_range") else ""
         lines.append(
             f"| {c['router']} | {c['concurrency']} | {tuple(c['thresholds'])} | {c['measured_tok_s']:.1f}{spread} "
             f"| {c['model_tok_s']:.1f} | {c['model_rel_error']:.1%} | {c['sim_tok_s']:.1f} | {c['sim_rel_error']:.1%} |"
@@ -86,15 +93,51 @@ def markdown_table(
             f"{s['model_best_matches']} | {s['sim_median_rel_error']:.1%} | {s['sim_max_rel_error']:.1%} | "
             f"{s['sim_best_matches']} |"
         )
+    lines += fidelity_lines(summary) if all("latency" in s for s in summary.values()) else []
     lines += diagnosis_lines(diagnosis) if diagnosis else []
     return "\n".join(lines) + "\n"
 
 
-def diagnosis_lines(diagnosis: Mapping[str, Any]) -> list[str]:
-    """The rescaled-latency errors: what is left once each cell's observed step times replace the calibrated."""
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1%}"
+
+
+def fidelity_lines(summary: Mapping[str, Any]) -> list[str]:
+    """Simulator vs real beyond throughput: latency percentiles (median / max relative error over the cells),
+    batch-size histogram distance per model, hand-off rate and the large model's step share."""
     lines = [
         "",
-        "Predictors with each cell's calibrated latencies rescaled to the engine step times observed in that cell:",
+        "Simulator vs real beyond throughput (median / max over the cells):",
+        "",
+        "| router | " + " | ".join(LATENCY_METRICS) + " | batch hist. distance per model | hand-offs/token err "
+        "| large-model step share diff |",
+        "|---|" + "---:|" * len(LATENCY_METRICS) + "---|---:|---:|",
+    ]
+    for router, s in summary.items():
+        lat = [f"{_pct(s['latency'][k]['sim_median_rel_error'])} / {_pct(s['latency'][k]['sim_max_rel_error'])}"
+               for k in LATENCY_METRICS]  # fmt: skip
+        hist = s["batch_histogram_distance"]
+        dist = ", ".join(f"{_num(a)} / {_num(b)}" for a, b in zip(hist["median"], hist["max"], strict=True))
+        hand = s["handoffs_per_token"]
+        share = s["llm_step_share_abs_diff"]
+        lines.append(
+            f"| {router} | " + " | ".join(lat) + f" | {dist} | {_pct(hand['sim_median_rel_error'])} / "
+            f"{_pct(hand['sim_max_rel_error'])} | {share['median']:.3f} / {share['max']:.3f} |"
+        )
+    return lines
+
+
+def _num(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}"
+
+
+def diagnosis_lines(diagnosis: Mapping[str, Any]) -> list[str]:
+    """The rescaled-latency errors: what is left once each cell's observed step times replace the calibrated
+    (an in-sample diagnosis: the scale factors come from the scored cells themselves)."""
+    lines = [
+        "",
+        "Diagnosis, in sample (not a prediction): each cell's calibrated latencies rescaled to the engine step "
+        "times observed in that same cell:",
         "",
         "| router | model median err | model max err | sim median err | sim max err | median slowdown per model "
         "| median busy fraction per model |",

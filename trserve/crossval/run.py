@@ -1,5 +1,10 @@
-"""One cross-validation run: measure every cell on the real server, then predict each cell with the throughput
-model and the simulator, and write JSON, markdown and a figure."""
+"""One cross-validation run: probe the engines' drift from their profiles, measure every cell on the real server,
+then predict each cell with the throughput model and the simulator, and write JSON, markdown and a figure.
+
+Out of sample: with two or more repeats, the first repeat of every cell is the input run (routing statistics,
+typical context and appended tokens, and the traces the simulator replays come from it) and the predictions
+are scored against the other repeats only. With one repeat the inputs come from the scored cells themselves,
+and the summary says so (``out_of_sample: false``)."""
 
 from __future__ import annotations
 
@@ -9,39 +14,31 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from trcore import PROGRAMS, BatchingPolicy, RoutingProgram
 from trcore.traces import RequestTrace, trace_to_dict
 from trserve.config import ServeConfig
-from trserve.crossval.diagnose import add_rescaled_predictions
+from trserve.crossval.diagnose import add_rescaled_predictions, rescaled
+from trserve.crossval.drift import DEFAULT_TOLERANCE, DriftReport, probe_drift
+from trserve.crossval.fidelity import compare, real_fidelity, sim_fidelity, summarize_fidelity
 from trserve.crossval.harness import CellRun, ClientWorkload, StepRecord, crossval_server, run_cell
 from trserve.crossval.plan import CrossvalPlan, RouterChoice
 from trserve.crossval.predict import (
     Calibration,
     model_predictions,
     routing_stats,
-    sim_prediction,
+    sim_result,
     typical_context,
     typical_extend,
 )
 from trserve.crossval.report import add_errors, markdown_table, plot_cells, summarize
-from trserve.engine.tokenizer import Tokenizer
-from trserve.paths import PROMPTS_DIR
-from trserve.runtime.runspec import resolve_model_path
 
-PROMPTS_FILE = PROMPTS_DIR / "routing.jsonl"
 Progress = Callable[[str], None]
-
-
-def load_prompts(cfg: ServeConfig, path: Path = PROMPTS_FILE) -> tuple[tuple[int, ...], ...]:
-    """The workload's prompts as chat-formatted token ids of the entry model's tokenizer."""
-
-    tokenizer = Tokenizer(resolve_model_path(cfg.models[cfg.entry_model].path))
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return tuple(tuple(tokenizer.encode_chat([{"role": "user", "content": r["prompt"]}])) for r in rows)
+#: One measured cell: (repeat, router, N, thresholds, what it measured).
+Measured = tuple[int, RouterChoice, int, tuple[int, ...], CellRun]
 
 
 def max_batch_of(cfg: ServeConfig) -> int:
@@ -54,20 +51,28 @@ def program_factory(router: RouterChoice, num_models: int) -> Callable[[int], Ro
 
 
 async def measure(
-    cfg: ServeConfig, plan: CrossvalPlan, workload: ClientWorkload, progress: Progress
-) -> list[tuple[RouterChoice, int, tuple[int, ...], CellRun]]:
-    """Run every cell of ``plan`` on one server start."""
+    cfg: ServeConfig,
+    plan: CrossvalPlan,
+    workload: ClientWorkload,
+    probe: Callable[[Any], Any] | None,
+    progress: Progress,
+) -> tuple[list[Measured], DriftReport | None]:
+    """Run the drift probe (``probe(frontend)``, if any) and then every cell of ``plan`` on one server start."""
     cap = max_batch_of(cfg)
-    runs = []
+    runs: list[Measured] = []
     async with crossval_server(cfg) as frontend:
+        drift = await probe(frontend) if probe is not None else None
+        if drift is not None:
+            ratios = ", ".join(f"{r:.2f}x" for r in drift.ratios)
+            progress(f"drift probe: engines step at {ratios} their profiles ({drift.action})")
         cells = plan.cells()
         for k, (rep, router, n, b) in enumerate(cells):
             policies = [BatchingPolicy(threshold=t, max_wait_s=None, max_batch=cap) for t in b]
             tag = f"{router.name}-n{n}-b{'_'.join(map(str, b))}-r{rep}"
             run = await run_cell(frontend, program_factory(router, cfg.num_models), policies, n, workload, tag)
-            runs.append((router, n, b, run))
+            runs.append((rep, router, n, b, run))
             progress(f"[{k + 1}/{len(cells)}] {tag}: {run.throughput_tok_s:.1f} tok/s ({run.num_finished} finished)")
-    return runs
+    return runs, drift
 
 
 def step_breakdown(steps: Sequence[StepRecord], num_models: int, measure_s: float) -> list[dict[str, float]]:
@@ -90,27 +95,39 @@ def run_crossval(
     cfg: ServeConfig,
     plan: CrossvalPlan,
     calibration: Calibration,
+    workload: ClientWorkload,
     sim_s: float = 120.0,
     progress: Progress = lambda _msg: None,
-    prompts: tuple[tuple[int, ...], ...] | None = None,
+    drift_mode: str = "scale",
+    drift_tolerance: float = DEFAULT_TOLERANCE,
 ) -> tuple[dict[str, Any], dict[str, list[RequestTrace]]]:
-    """Measure, predict and summarize; returns the result document and the finished traces per router."""
+    """Probe, measure, predict and summarize; returns the result document and the replayed traces per router."""
     started = time.time()
     load_before = os.getloadavg()
-    workload = ClientWorkload(prompts or load_prompts(cfg), plan.max_tokens, plan.warmup_s, plan.measure_s)
-    runs = asyncio.run(measure(cfg, plan, workload, progress))
+    names = [m.name for m in cfg.models]
+
+    async def probe(frontend: Any) -> DriftReport:
+        return await probe_drift(frontend, workload, calibration, names, max_batch_of(cfg), drift_mode, drift_tolerance)
+
+    runs, drift = asyncio.run(measure(cfg, plan, workload, None if drift_mode == "skip" else probe, progress))
     measured_s = time.time() - started
-    traces = {r.name: replay_traces([run for (rr, _, _, run) in runs if rr.name == r.name]) for r in plan.routers}
-    cells, routing = predict_cells(cfg, plan, calibration, runs, traces, sim_s, progress)
+    factors = drift.factors if drift is not None else [1.0] * cfg.num_models
+    inputs = input_runs(plan, runs)
+    cells, routing, traces, stats = predict_cells(cfg, plan, calibration, factors, runs, inputs, sim_s, progress)
     summary = summarize(cells)
-    stats = {r: routing_stats(t, cfg.num_models, cfg.entry_model) for r, t in traces.items()}
+    for router, entry in summarize_fidelity(cells).items():
+        summary[router] |= entry
+        summary[router]["out_of_sample"] = plan.repeats >= 2
     contexts = {r: (routing[r]["typical_context"], routing[r]["typical_extend"]) for r in traces}
     diagnosis = add_rescaled_predictions(cells, stats, traces, calibration, contexts, max_batch_of(cfg), sim_s)
     doc = {
         "summary": summary,
+        "inputs": inputs_note(plan),
+        "drift": drift.to_dict() if drift is not None else {"action": "not probed"},
         "diagnosis": diagnosis,
         "cells": cells,
         "routing": routing,
+        "workload": workload_note(workload),
         "plan": {**asdict(plan), "thresholds": {str(n): v for n, v in plan.thresholds.items()}},
         "profiles": list(calibration.paths),
         "config": cfg.model_dump(mode="json"),
@@ -123,57 +140,127 @@ def run_crossval(
     return doc, traces
 
 
+def input_runs(plan: CrossvalPlan, runs: Sequence[Measured]) -> tuple[list[Measured], list[Measured]]:
+    """``(inputs, scored)``: the first repeat and the others with two or more repeats, else all runs twice."""
+    if plan.repeats < 2:
+        return list(runs), list(runs)
+    return [m for m in runs if m[0] == 0], [m for m in runs if m[0] > 0]
+
+
+def inputs_note(plan: CrossvalPlan) -> str:
+    if plan.repeats < 2:
+        return "in sample: routing statistics, context and replayed traces come from the scored cells (1 repeat)"
+    return (
+        "out of sample: routing statistics, context and replayed traces come from repeat 0 of every cell; "
+        f"predictions are scored against repeats 1-{plan.repeats - 1}"
+    )
+
+
+def workload_note(workload: ClientWorkload) -> dict[str, Any]:
+    lengths = workload.output_lengths or (workload.max_tokens,)
+    return {
+        "name": workload.name,
+        "num_prompts": len(workload.prompts),
+        "mean_prompt_tokens": statistics.fmean(map(len, workload.prompts)),
+        "mean_output_tokens": workload.mean_output,
+        "max_output_tokens": max(lengths),
+    }
+
+
 def replay_traces(runs: Sequence[CellRun]) -> list[RequestTrace]:
-    """The traces the predictors use: finished requests of every cell (all recorded ones, cut off at the end of
-    their cell, only when none finished, as in very short runs)."""
-    finished = [t for run in runs for t in run.finished]
-    return finished or [t for run in runs for t in run.traces]
+    """The traces the simulator replays: every full-length request's (not the shortened first ones), those cut
+    off at the end of their cell with their intended length restored (the trace is replayed from its start
+    again when the request outlives it), so long requests are not under-represented; all recorded traces when
+    there is none (very short runs)."""
+    out = []
+    for run in runs:
+        finished = {t.request_id for t in run.finished}
+        for t in run.traces:
+            if t.request_id in finished:
+                out.append(t)
+            elif t.request_id in run.full_length_ids and t.steps:
+                out.append(replace(t, num_output_tokens=run.intended_tokens[t.request_id]))
+    return out or [t for run in runs for t in run.traces]
 
 
 def predict_cells(
     cfg: ServeConfig,
     plan: CrossvalPlan,
     calibration: Calibration,
-    runs: Sequence[tuple[RouterChoice, int, tuple[int, ...], CellRun]],
-    traces: dict[str, list[RequestTrace]],
+    factors: Sequence[float],
+    runs: Sequence[Measured],
+    split: tuple[list[Measured], list[Measured]],
     sim_s: float,
     progress: Progress,
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Average repeats per cell, then add both predictors' throughput and errors."""
+) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, list[RequestTrace]], dict[str, Any]]:
+    """Predict each cell from the input runs (latencies scaled by the drift ``factors``) and score the
+    predictions against the scored runs; returns cells, routing inputs, replayed traces and P, C per router."""
     cap = max_batch_of(cfg)
+    inputs, scored = split
+    predictor = rescaled(calibration, factors)
     cells: list[dict[str, Any]] = []
     routing: dict[str, Any] = {}
+    traces: dict[str, list[RequestTrace]] = {}
+    stats_by_router: dict[str, Any] = {}
     for router in plan.routers:
-        stats = routing_stats(traces[router.name], cfg.num_models, cfg.entry_model)
-        context = typical_context(traces[router.name], plan.max_tokens)
-        extend = typical_extend(traces[router.name], cfg.num_models)
+        mine = [run for (_, r, _, _, run) in inputs if r.name == router.name]
+        finished = [t for run in mine for t in run.finished] or [t for run in mine for t in run.traces]
+        traces[router.name] = replay = replay_traces(mine)
+        stats = stats_by_router[router.name] = routing_stats(finished, cfg.num_models, cfg.entry_model)
+        lengths = [t.output_length for t in replay]
+        context = typical_context(replay, lengths)
+        extend = typical_extend(finished, cfg.num_models)
         routing[router.name] = {**stats.to_dict(), "typical_context": context, "typical_extend": extend}
         for n in plan.concurrencies:
             vectors = plan.thresholds[n]
-            model_tok_s = model_predictions(stats, calibration, n, vectors, context, cap, extend)
+            model_tok_s = model_predictions(stats, predictor, n, vectors, context, cap, extend)
             for b in vectors:
-                mine = [run for (r, nn, bb, run) in runs if r.name == router.name and nn == n and bb == b]
-                values = [run.throughput_tok_s for run in mine]
-                sim = sim_prediction(traces[router.name], calibration, n, b, cap, sim_s)
-                steps = [s for run in mine for s in run.steps]
-                cell = {
-                    "router": router.name,
-                    "concurrency": n,
-                    "thresholds": list(b),
-                    "measured_tok_s": statistics.fmean(values),
-                    "measured_runs": values,
-                    "measured_spread": statistics.stdev(values) if len(values) > 1 else 0.0,
-                    "model_tok_s": model_tok_s[b],
-                    "sim_tok_s": sim,
-                    "steps": step_breakdown(steps, cfg.num_models, plan.measure_s * len(mine)),
-                    "profile_step_s_at_mean_batch": [
-                        calibration.table(m, max(1, round(s["mean_batch"])), context, extend[m])[-1]
-                        for m, s in enumerate(step_breakdown(steps, cfg.num_models, 1.0))
-                    ],
-                }
+                sim = sim_result(replay, predictor, n, b, cap, sim_s)
+                cell = score_cell(cfg, plan, router.name, n, b, runs, scored, calibration, context, extend)
+                cell |= {"model_tok_s": model_tok_s[b], "sim_tok_s": sim.throughput_tok_s}
+                cell["fidelity"]["sim"] = sim_fidelity(sim, cfg.entry_model)
+                cell["fidelity"]["sim_vs_real"] = compare(cell["fidelity"]["real"], cell["fidelity"]["sim"])
                 cells.append(add_errors(cell))
             progress(f"predicted {router.name} N={n}")
-    return cells, routing
+    return cells, routing, traces, stats_by_router
+
+
+def score_cell(
+    cfg: ServeConfig,
+    plan: CrossvalPlan,
+    router: str,
+    n: int,
+    b: tuple[int, ...],
+    runs: Sequence[Measured],
+    scored: Sequence[Measured],
+    calibration: Calibration,
+    context: int,
+    extend: Sequence[float],
+) -> dict[str, Any]:
+    """The measured side of one cell: the scored repeats' throughput (mean and half range), the input repeat's
+    (for reference), the step breakdown and the real fidelity quantities."""
+    mine = [run for (_, r, nn, bb, run) in scored if r.name == router and nn == n and bb == b]
+    if not mine:
+        raise ValueError(f"no scored run of {router} N={n} B={b}")
+    given = [run for (rep, r, nn, bb, run) in runs if r.name == router and nn == n and bb == b and rep == 0]
+    values = [run.throughput_tok_s for run in mine]
+    steps = [s for run in mine for s in run.steps]
+    breakdown = step_breakdown(steps, cfg.num_models, plan.measure_s * len(mine))
+    return {
+        "router": router,
+        "concurrency": n,
+        "thresholds": list(b),
+        "measured_tok_s": statistics.fmean(values),
+        "measured_runs": values,
+        "measured_half_range": (max(values) - min(values)) / 2,
+        "input_run_tok_s": given[0].throughput_tok_s if plan.repeats >= 2 and given else None,
+        "steps": breakdown,
+        "profile_step_s_at_mean_batch": [
+            calibration.table(m, max(1, round(s["mean_batch"])), context, extend[m])[-1]
+            for m, s in enumerate(breakdown)
+        ],
+        "fidelity": {"real": real_fidelity(mine, cfg.num_models, cfg.entry_model)},
+    }
 
 
 def write_outputs(doc: dict[str, Any], traces: dict[str, list[RequestTrace]], out_dir: Path, title: str) -> list[Path]:
@@ -181,10 +268,22 @@ def write_outputs(doc: dict[str, Any], traces: dict[str, list[RequestTrace]], ou
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "crossval.json", out_dir / "crossval.md", out_dir / "crossval.png"]
     paths[0].write_text(json.dumps(doc, indent=1) + "\n")
-    paths[1].write_text(f"# {title}\n\n" + markdown_table(doc["cells"], doc["summary"], doc.get("diagnosis")))
+    table = markdown_table(doc["cells"], doc["summary"], doc.get("diagnosis"), doc.get("inputs", ""))
+    paths[1].write_text(f"# {title}\n\n{drift_line(doc.get('drift'))}" + table)
     plot_cells(doc["cells"], paths[2], title)
     for name, items in traces.items():
         path = out_dir / f"traces-{name}.jsonl"
         path.write_text("".join(json.dumps(trace_to_dict(t), separators=(",", ":")) + "\n" for t in items))
         paths.append(path)
     return paths
+
+
+def drift_line(drift: dict[str, Any] | None) -> str:
+    """The drift probe's outcome as a markdown paragraph ("" for runs written before the probe existed)."""
+    if not drift:
+        return ""
+    if "ratios" not in drift:
+        return f"Drift probe: {drift['action']}.\n\n"
+    ratios = ", ".join(f"{r:.2f}x" for r in drift["ratios"])
+    applied = ", ".join(f"{f:.2f}" for f in drift["factors"])
+    return f"Drift probe: the engines stepped at {ratios} their profiles; {drift['action']} (factors {applied}).\n\n"

@@ -82,9 +82,9 @@ def test_tiny_grid_end_to_end_on_the_local_pair(tmp_path, prepared_pair):
     config.write_text(yaml.safe_dump(data))
     _write_profiles(tmp_path / "profiles", ["small", "large"])
     out = tmp_path / "out"
-    args = ["--config", str(config), "--concurrency", "1,2", "--thresholds", "1,1;2,1", "--max-tokens", "8",
-            "--warmup-s", "0.5", "--measure-s", "3", "--sim-s", "5", "--profiles", str(tmp_path / "profiles"),
-            "--out", str(out)]  # fmt: skip
+    args = ["--config", str(config), "--concurrency", "2", "--thresholds", "1,1;2,1", "--max-tokens", "8",
+            "--warmup-s", "0.5", "--measure-s", "2", "--repeats", "2", "--sim-s", "5", "--drift", "report",
+            "--profiles", str(tmp_path / "profiles"), "--out", str(out)]  # fmt: skip
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output + "".join(traceback.format_exception(*result.exc_info))
     doc = json.loads((out / "crossval.json").read_text())
@@ -93,13 +93,23 @@ def test_tiny_grid_end_to_end_on_the_local_pair(tmp_path, prepared_pair):
     keys = {"sim_median_rel_error", "sim_max_rel_error", "model_median_rel_error", "model_max_rel_error"}
     for summary in doc["summary"].values():
         assert keys <= set(summary) and isinstance(summary["sim_best_matches"], bool)
+        assert summary["out_of_sample"] is True  # repeat 0 fed the predictors, repeat 1 was scored
+        for metric in ("ttft_p50", "tpot_p50", "tpot_p99", "e2e_p50", "e2e_p99"):
+            assert summary["latency"][metric]["sim_median_rel_error"] >= 0, metric
+    drift = doc["drift"]  # the synthetic profiles are far from the real engines: reported, not applied
+    assert drift["action"] in ("reported only", "within tolerance") and drift["factors"] == [1.0, 1.0]
+    assert all(n > 0 for n in drift["num_steps"]) and all(r > 0 for r in drift["ratios"])
+    assert "Drift probe: the engines stepped at" in (out / "crossval.md").read_text()
     cells = doc["cells"]
     assert [(c["router"], c["concurrency"], c["thresholds"]) for c in cells] == [
-        (r, n, b) for r in ("markov", "rstitch") for n, b in ((1, [1, 1]), (2, [1, 1]), (2, [2, 1]))
+        (r, 2, b) for r in ("markov", "rstitch") for b in ([1, 1], [2, 1])
     ]
     for c in cells:
         assert c["measured_tok_s"] > 0 and c["model_tok_s"] > 0 and c["sim_tok_s"] > 0
+        assert len(c["measured_runs"]) == 1 and c["input_run_tok_s"] > 0
         assert c["steps"][0]["num_steps"] > 0  # the small model stepped inside the window
+        real = c["fidelity"]["real"]
+        assert real["num_requests"] > 0 and sum(real["batch_histograms"][0].values()) == c["steps"][0]["num_steps"]
     for name in ("markov", "rstitch"):
         routing = doc["routing"][name]
         assert all(sum(row) == pytest.approx(1.0) for row in routing["P"])
@@ -160,28 +170,154 @@ def test_auto_thresholds_use_the_router_matrices_without_traces_and_name_missing
         resolve_thresholds(_auto_config(tmp_path, str(tmp_path / "missing.jsonl")))
 
 
-def test_rescaling_to_observed_step_times_removes_a_uniform_slowdown(tmp_path):
+def test_rescaling_to_observed_step_times_matches_a_hand_computed_throughput(tmp_path):
     from trcore.routing_stats import estimate_routing_stats
     from trcore.traces import RequestTrace, TraceStep
-    from trserve.crossval.diagnose import add_rescaled_predictions, rescaled
-    from trserve.crossval.predict import load_calibration, model_predictions
+    from trserve.crossval.diagnose import add_rescaled_predictions
+    from trserve.crossval.predict import load_calibration
 
     _write_profiles(tmp_path / "profiles", ["small", "large"])
     calibration = load_calibration(tmp_path / "profiles", ["small", "large"])
-    steps = (TraceStep(0, 0, True), TraceStep(0, 1, False), TraceStep(1, 0, True)) * 10
-    traces = [RequestTrace(f"r{k}", steps, 20, 20) for k in range(6)]
+    # One request at a time, alternating small, large, small, ...: every step commits one token.
+    steps = (TraceStep(0, 1, True), TraceStep(1, 0, True)) * 15
+    traces = [RequestTrace(f"r{k}", steps, 20, 30) for k in range(6)]
     stats = estimate_routing_stats(traces, 2, entry_model=0)
-    slow = rescaled(calibration, [2.0, 1.5])  # "the machine was busier than at calibration"
-    cells = []
-    for b in [(1, 1), (2, 1)]:
-        measured = model_predictions(stats, slow, 4, [b], 30, 8, [0.0, 0.0])[b]
-        profile = [calibration.table(m, 2, 30)[-1] for m in range(2)]
-        steps_seen = [{"num_steps": 10, "mean_batch": 2.0, "mean_step_s": f * p, "busy_fraction": 0.5}
-                      for f, p in zip((2.0, 1.5), profile, strict=True)]  # fmt: skip
-        cells.append({"router": "r", "concurrency": 4, "thresholds": list(b), "measured_tok_s": measured,
-                      "steps": steps_seen, "profile_step_s_at_mean_batch": profile})  # fmt: skip
-    summary = add_rescaled_predictions(cells, {"r": stats}, {"r": traces}, calibration, {"r": (30, [0.0, 0.0])}, 8, 60)
-    assert [c["slowdown"] for c in cells] == [pytest.approx([2.0, 1.5])] * 2
-    assert summary["r"]["model_rescaled_max_rel_error"] < 1e-9
-    assert summary["r"]["sim_rescaled_max_rel_error"] < 0.1  # the simulator agrees with the model within noise
+    # The synthetic profiles by hand at batch 1, 30 tokens of context: a_k + b + c * 30.
+    lat = [0.02 * (k + 1) + 0.002 + 2e-6 * 30 for k in range(2)]
+    slow = (2.0, 1.5)  # "the machine was busier than at calibration"
+    measured = 2 / (slow[0] * lat[0] + slow[1] * lat[1])  # two tokens per small + large visit
+    steps_seen = [{"num_steps": 10, "mean_batch": 1.0, "mean_step_s": f * t, "busy_fraction": 0.5}
+                  for f, t in zip(slow, lat, strict=True)]  # fmt: skip
+    cell = {"router": "r", "concurrency": 1, "thresholds": [1, 1], "measured_tok_s": measured,
+            "steps": steps_seen, "profile_step_s_at_mean_batch": lat}  # fmt: skip
+    summary = add_rescaled_predictions([cell], {"r": stats}, {"r": traces}, calibration, {"r": (30, [0.0, 0.0])}, 8, 60)
+    assert cell["slowdown"] == pytest.approx([2.0, 1.5])
+    assert cell["model_rescaled_tok_s"] == pytest.approx(measured, rel=0.02)  # 1 ms time grid
+    assert cell["sim_rescaled_tok_s"] == pytest.approx(measured, rel=0.05)  # the sim also prices the prefills
     assert summary["r"]["median_slowdown"] == pytest.approx([2.0, 1.5])
+    assert 2 / (lat[0] + lat[1]) > 1.5 * measured  # without the rescaling the prediction would be far off
+
+
+def _run(latencies, steps, tokens=100, intended=None):
+    from trserve.crossval.harness import CellRun, StepRecord
+
+    records = [StepRecord(0.0, m, b, 0.01, b, h) for m, b, h in steps]
+    return CellRun(tokens / 10, tokens, 10.0, [], [], records, len(latencies), intended or {}, latencies=latencies)
+
+
+def test_real_fidelity_by_hand_and_the_comparison_with_a_simulated_run():
+    from trserve.crossval.fidelity import compare, histogram_distance, real_fidelity, summarize_fidelity
+
+    # (submitted, first token, done, tokens): TTFT 1 and 3 s, TPOT (9 - 1) / 4 = 2 and (5 - 3) / 4 = 0.5 s.
+    run = _run([(0.0, 1.0, 9.0, 5), (0.0, 3.0, 5.0, 5)], [(0, 2, 1), (0, 2, 0), (0, 1, 1), (1, 1, 0)], tokens=4)
+    real = real_fidelity([run], 2, 0)
+    assert real["ttft_p50"] == pytest.approx(2.0) and real["tpot_p50"] == pytest.approx(1.25)
+    assert real["e2e_p50"] == pytest.approx(7.0) and real["e2e_p99"] == pytest.approx(5 + 4 * 0.99)
+    assert real["batch_histograms"] == [{1: 1, 2: 2}, {1: 1}]
+    assert real["handoffs_per_token"] == pytest.approx(2 / 4) and real["llm_step_share"] == pytest.approx(1 / 6)
+    assert histogram_distance({1: 1, 2: 1}, {2: 2}) == pytest.approx(0.5)
+    assert histogram_distance({1: 3}, {}) is None
+    sim = {**real, "ttft_p50": 2.2, "tpot_p99": None, "batch_histograms": [{2: 3}, {1: 5}], "llm_step_share": 0.25}
+    diff = compare(real, sim)
+    assert diff["latency_rel_error"]["ttft_p50"] == pytest.approx(0.1) and diff["latency_rel_error"]["tpot_p99"] is None
+    assert diff["batch_histogram_distance"] == [pytest.approx(1 / 3), 0.0]
+    assert diff["llm_step_share_diff"] == pytest.approx(0.25 - 1 / 6) and diff["handoff_rel_error"] == 0.0
+    cells = [{"router": "r", "fidelity": {"sim_vs_real": diff}}, {"router": "r", "fidelity": {"sim_vs_real": diff}}]
+    latency = summarize_fidelity(cells)["r"]["latency"]
+    assert set(latency) >= {"ttft_p50", "tpot_p50", "tpot_p99", "e2e_p50", "e2e_p99"}
+    assert (
+        latency["ttft_p50"]["sim_max_rel_error"] == pytest.approx(0.1) and latency["e2e_p50"]["sim_max_rel_error"] == 0
+    )
+    assert latency["tpot_p99"]["sim_median_rel_error"] is None
+
+
+def test_first_repeat_is_the_input_and_only_later_repeats_are_scored():
+    from trserve.crossval.run import input_runs
+
+    plan = make_plan(2, [2], default_routers(), [(1, 1)], repeats=3)
+    runs = [(rep, router, 2, (1, 1), _run([], [])) for rep in range(3) for router in plan.routers]
+    inputs, scored = input_runs(plan, runs)
+    assert {m[0] for m in inputs} == {0} and {m[0] for m in scored} == {1, 2} and len(scored) == 4
+    single = make_plan(2, [2], default_routers(), [(1, 1)], repeats=1)
+    assert input_runs(single, runs[:2]) == (runs[:2], runs[:2])  # in sample, and the summary says so
+
+
+def test_typical_context_weights_long_requests_by_their_steps():
+    from trcore.traces import RequestTrace
+    from trserve.crossval.predict import typical_context
+
+    traces = [RequestTrace("a", (), 40, 64), RequestTrace("b", (), 60, 64)]
+    assert typical_context(traces, [64]) == 50 + 32
+    assert typical_context(traces, [10, 30]) == 50 + round((100 + 900) / 80)  # 12.5 -> position 12
+
+
+def test_drift_ratios_from_decode_steps_and_what_each_mode_does(tmp_path):
+    from trcore.errors import ConfigError
+    from trserve.crossval.drift import decide, step_ratios
+    from trserve.crossval.harness import StepRecord
+    from trserve.crossval.predict import load_calibration
+
+    _write_profiles(tmp_path / "profiles", ["small", "large"])
+    calibration = load_calibration(tmp_path / "profiles", ["small", "large"])
+    by_hand = {(k, b): 0.02 * (k + 1) + 0.002 * b + 2e-6 * b * 50 for k in range(2) for b in (1, 2, 4)}
+    steps = [StepRecord(0.0, k, b, f * by_hand[k, b], b) for k, f in ((0, 1.2), (1, 0.8)) for b in (1, 2, 4)]
+    steps.append(StepRecord(0.0, 0, 2, 10.0, 70))  # a prefill step: not a decode step, left out
+    ratios, per_batch, counts = step_ratios(steps, calibration, 50, 2)
+    assert ratios == [pytest.approx(1.2), pytest.approx(0.8)] and counts == [3, 3]
+    assert per_batch[1] == {1: pytest.approx(0.8), 2: pytest.approx(0.8), 4: pytest.approx(0.8)}
+    assert decide(ratios, "scale", 0.05, ["small", "large"]) == ("scaled", ratios)
+    assert decide([1.01, 0.98], "stop", 0.05, ["small", "large"]) == ("within tolerance", [1.0, 1.0])
+    assert decide(ratios, "report", 0.05, ["small", "large"]) == ("reported only", [1.0, 1.0])
+    with pytest.raises(ConfigError, match=r"small steps at 1.20x .*large steps at 0.80x.*tokenrouter calibrate"):
+        decide(ratios, "stop", 0.05, ["small", "large"])
+
+
+def test_reasoning_workload_lengths_are_short_reasoning_halved():
+    from trserve.crossval.workloads import REASONING_OUTPUT, draw_lengths, reasoning_texts
+
+    lengths = draw_lengths(REASONING_OUTPUT, 4000, seed=0)
+    assert lengths == draw_lengths(REASONING_OUTPUT, 4000, seed=0) and min(lengths) >= 8 and max(lengths) == 1024
+    assert 540 < sorted(lengths)[2000] < 660  # median 600 = 1,200 / 2
+    texts = reasoning_texts(["q1?", "q2?", "q3?", "q4?", "q5?"])
+    assert len(texts) == 5 and "1. q5?" in texts[4] and "4. q3?" in texts[4]
+
+
+def test_predictions_come_from_the_input_repeat_and_are_scored_on_the_others(tmp_path):
+    from trcore.traces import RequestTrace, TraceStep
+    from trserve.config import ServeConfig
+    from trserve.crossval.harness import CellRun, StepRecord
+    from trserve.crossval.predict import load_calibration
+    from trserve.crossval.report import markdown_table, summarize
+    from trserve.crossval.run import input_runs, predict_cells
+
+    _write_profiles(tmp_path / "profiles", ["small", "large"])
+    calibration = load_calibration(tmp_path / "profiles", ["small", "large"])
+    cfg = ServeConfig.model_validate({"models": [{"name": "small", "path": "x"}, {"name": "large", "path": "y"}]})
+    plan = make_plan(2, [2], default_routers()[:1], [(1, 1)], repeats=3, max_tokens=8, measure_s=10.0)
+    small_only = (TraceStep(0, 0, True),) * 8
+    alternating = (TraceStep(0, 1, True), TraceStep(1, 0, True)) * 4
+
+    def run(steps, tok_s):
+        traces = [RequestTrace(f"{tok_s}-{k}", steps, 20, 8) for k in range(4)]
+        records = [StepRecord(0.0, 0, 2, 0.03, 2)] * 5
+        timing = [(0.0, 0.1, 1.0, 8)] * 4
+        ids = frozenset(t.request_id for t in traces)
+        return CellRun(tok_s, int(tok_s * 10), 10.0, traces, traces, records, 4, dict.fromkeys(ids, 8), ids, timing)
+
+    router = plan.routers[0]
+    # The input repeat routes everything on the small model; the scored repeats alternate: had the scored cells
+    # fed the predictors, P would show hand-offs.
+    runs = [(0, router, 2, (1, 1), run(small_only, 50.0)), (1, router, 2, (1, 1), run(alternating, 40.0)),
+            (2, router, 2, (1, 1), run(alternating, 44.0))]  # fmt: skip
+    cells, routing, traces, _ = predict_cells(
+        cfg, plan, calibration, [1.0, 1.0], runs, input_runs(plan, runs), 20, print
+    )
+    assert routing["markov"]["P"][0] == [1.0, 0.0]  # from repeat 0 only
+    assert all(t.request_id.startswith("50.0-") for t in traces["markov"])
+    (cell,) = cells
+    assert cell["measured_runs"] == [40.0, 44.0] and cell["measured_tok_s"] == 42.0
+    assert cell["measured_half_range"] == 2.0 and cell["input_run_tok_s"] == 50.0
+    # Every step on the small model at batch 2, 20 + 4 tokens of context: 2 / (0.02 + 0.004 + 2e-6 * 48) tok/s.
+    assert cell["model_tok_s"] == pytest.approx(2 / (0.024 + 2e-6 * 48), rel=0.03)
+    assert cell["model_rel_error"] == pytest.approx(abs(cell["model_tok_s"] - 42.0) / 42.0)
+    assert "±2.0" in markdown_table(cells, summarize(cells), None, "out of sample")
