@@ -1,4 +1,5 @@
-"""Where the time goes: re-predict each cell with the calibrated latencies rescaled to the step times the server
+"""Where the time goes (an in-sample diagnosis, not a prediction: the scale factors come from the scored cells
+themselves): re-predict each cell with the calibrated latencies rescaled to the step times the server
 actually observed in that cell, to split the predictors' error into step-latency drift (the machine was slower
 or faster than when it was calibrated, e.g. other work competing for the cores) and everything else (queueing,
 routing assumptions, loop and transport overhead)."""

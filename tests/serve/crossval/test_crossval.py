@@ -61,6 +61,16 @@ def test_unknown_router_is_one_line_exit_2():
     assert result.exit_code == 2 and "--routers: unknown router 'nope'" in result.output
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--workload", "fixed,chat"], "--workload: unknown workload 'chat'"),
+     (["--drift", "maybe"], "--drift: unknown mode 'maybe'"), (["--drift-tolerance", "0"], "--drift-tolerance")],
+)  # fmt: skip
+def test_bad_workload_and_drift_options_are_one_line_exit_2(args, message):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+
+
 def _write_profiles(folder, names):
     from trsim.fit import LatencySample
     from trsim.profile import make_profile, save_profile
