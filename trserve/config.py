@@ -10,8 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from trcore.errors import ConfigError
 
 Mode = Literal["routed", "lockstep", "per-token"]
-#: ``hash`` is a deterministic stand-in engine for tests of the serving machinery (see trserve.engine.hash).
-Backend = Literal["vllm", "hash"]
+#: ``hash`` is a deterministic stand-in engine for tests of the serving machinery (see trserve.engine.hash);
+#: ``emulated`` writes the same hash tokens, each step taking the time a latency model gives (trserve.engine.emulated).
+Backend = Literal["vllm", "hash", "emulated"]
+
 Handoff = Literal["session", "readmit"]
 
 
@@ -34,12 +36,37 @@ class PlacementConfig(_Strict):
         return self
 
 
+class EmulatedConfig(_Strict):
+    """``backend: emulated``: one model's step time. Exactly one of ``latency_ms`` (a constant, or a list by batch
+    size from 1 whose last value holds beyond its end) and ``profile`` (a calibration profile JSON: its fit, with
+    context and extend terms); ``jitter`` draws each step's time from the profile's measured spread."""
+
+    latency_ms: float | list[float] | None = None
+    profile: str | None = None
+    jitter: bool = False
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EmulatedConfig:
+        if (self.latency_ms is None) == (self.profile is None):
+            raise ValueError("emulated needs exactly one of latency_ms and profile")
+        values = [self.latency_ms] if isinstance(self.latency_ms, float | int) else self.latency_ms or []
+        if self.latency_ms is not None and (not values or any(not v > 0 for v in values)):
+            raise ValueError(f"emulated.latency_ms must be positive (a number or a non-empty list), got {values}")
+        if self.profile is not None and not Path(self.profile).expanduser().is_file():
+            raise ValueError(f"emulated.profile: no such file {self.profile!r}")
+        if self.jitter and self.profile is None:
+            raise ValueError("emulated.jitter needs a profile (it draws from the profile's measured spread)")
+        return self
+
+
 class ModelConfig(_Strict):
     """One model of the routed ensemble. ``path`` is an HF checkpoint directory, or ``prepared:NAME`` for a
-    checkpoint made by ``tokenrouter models prepare``."""
+    checkpoint made by ``tokenrouter models prepare`` (optional with ``backend: emulated``, which needs
+    ``emulated`` instead)."""
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
-    path: str
+    path: str | None = None
+    emulated: EmulatedConfig | None = None
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     max_model_len: int = Field(2048, ge=16)
     block_size: int = Field(32, ge=1)
@@ -130,6 +157,7 @@ class ServeConfig(_Strict):
         if self.batching.tables is not None and len(self.batching.tables) != n:
             raise ValueError(f"batching.tables needs one table per model ({n})")
         _check_disjoint_cpus(self.models)
+        _check_backend_fields(self.backend, self.models)
         fewest = min(m.max_num_seqs for m in self.models)
         if self.mode != "per-token" and self.server.max_active_requests > fewest:
             raise ValueError(
@@ -155,6 +183,16 @@ def _check_disjoint_cpus(models: list[ModelConfig]) -> None:
             if cpu in seen:
                 raise ValueError(f"cpu {cpu} is given to both {seen[cpu]!r} and {m.name!r}; core sets must be disjoint")
             seen[cpu] = m.name
+
+
+def _check_backend_fields(backend: str, models: list[ModelConfig]) -> None:
+    for i, m in enumerate(models):
+        if backend == "emulated" and m.emulated is None:
+            raise ValueError(f"models.{i}.emulated is required with backend: emulated (e.g. {{latency_ms: 6.0}})")
+        if backend != "emulated" and m.emulated is not None:
+            raise ValueError(f"models.{i}.emulated is only read with backend: emulated (backend is {backend})")
+        if backend != "emulated" and m.path is None:
+            raise ValueError(f"models.{i}.path is required with backend: {backend}")
 
 
 def load_config(path: str | Path) -> ServeConfig:

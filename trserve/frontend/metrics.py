@@ -8,6 +8,8 @@ from trserve.runtime.messages import State, StepReport
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 STEP_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+#: How much longer than emulated an emulated step took (seconds).
+EMULATION_ERROR_BUCKETS = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
@@ -44,6 +46,19 @@ class Metrics:
             "tokenrouter_input_tokens", "Tokens fed to a model (prefill and hand-off appends)", ["model"], registry=reg
         )
         self.steps = Counter("tokenrouter_steps", "Engine steps", ["model"], registry=reg)
+        self.emulated_seconds = Counter(
+            "tokenrouter_emulated_step_seconds", "Emulated engines: step latency given", ["model"], registry=reg
+        )
+        self.emulation_error = Histogram(
+            "tokenrouter_emulated_step_error_seconds",
+            "Emulated engines: measured step time minus the emulated latency",
+            ["model"],
+            buckets=EMULATION_ERROR_BUCKETS,
+            registry=reg,
+        )
+        self.emulated_wait_cpu = Counter(
+            "tokenrouter_emulated_wait_cpu_seconds", "Emulated engines: CPU of the waits", ["model"], registry=reg
+        )
         self.up = Gauge("tokenrouter_model_up", "1 while a model's process serves", ["model"], registry=reg)
         self.restarts = Counter("tokenrouter_model_restarts", "Subserver restarts", ["model"], registry=reg)
         self.active = Gauge("tokenrouter_requests_active", "Requests dispatched and not finished", registry=reg)
@@ -71,6 +86,8 @@ class Metrics:
             self.batch_size.labels(model).observe(report.batch_size)
             self.step_seconds.labels(model).observe(report.step_s)
             self.input_tokens.labels(model).inc(report.num_new_tokens)
+            if report.emulated_s is not None:
+                self.observe_emulation(model, report)
         self.queue_length.labels(model).set(report.num_ready)
         self.resident.labels(model).set(report.num_resident)
         self.kv_usage.labels(model).set(report.kv_usage)
@@ -78,6 +95,13 @@ class Metrics:
         # A finishing step commits exactly one (its last) token; earlier ones were reported by their steps.
         committed = sum(len(t) for _, _, t in report.tokens) + len(report.finished)
         self.tokens.labels(model).inc(committed)
+
+    def observe_emulation(self, model: str, report: StepReport) -> None:
+        """An emulated step: the latency it was given, how much longer it took, and its wait's CPU."""
+        assert report.emulated_s is not None
+        self.emulated_seconds.labels(model).inc(report.emulated_s)
+        self.emulation_error.labels(model).observe(max(0.0, report.step_s - report.emulated_s))
+        self.emulated_wait_cpu.labels(model).inc(report.wait_cpu_s)
 
     def observe_states(self, states: list[State]) -> None:
         """Refresh the per-model gauges from probe answers."""

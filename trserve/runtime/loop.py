@@ -188,6 +188,7 @@ class SubserverLoop:
             kv_usage=self.engine.kv_usage(),
             tokens=tokens,
             finished=finished,
+            **emulated_fields(self.engine),
         )
 
     def _fail_batch(self, batch: Batch, message: str) -> None:
@@ -213,6 +214,15 @@ class SubserverLoop:
             num_steps=self.stats.num_steps,
             engine={"python_objects": python_objects()} if detail else {},
         )
+
+
+def emulated_fields(engine: Engine) -> dict[str, Any]:
+    """An emulated engine's step latency and wait CPU for the step report (nothing for other engines)."""
+    emulated = getattr(engine, "last_emulated_s", None)
+    if emulated is None:
+        return {}
+    cpu = getattr(engine, "last_wait_cpu_s", 0.0)
+    return {"emulated_s": emulated, "wait_cpu_s": cpu}
 
 
 def unseen_tokens(req: Request, model: int) -> list[int]:

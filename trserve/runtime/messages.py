@@ -78,6 +78,9 @@ class StepReport:
     tokens: list[tuple[str, int, tuple[int, ...]]] = field(default_factory=list)
     finished: list[Finished] = field(default_factory=list)
     failed: list[Failed] = field(default_factory=list)
+    #: ``backend: emulated``: the latency the step was given, and the CPU its wait cost (the final spin).
+    emulated_s: float | None = None
+    wait_cpu_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from trserve.config import ServeConfig
-from trserve.engine.tokenizer import Tokenizer
+from trserve.engine.stand_in_tokenizer import load_tokenizer
 from trserve.frontend.app import ServerContext, create_app
 from trserve.frontend.book import FrontEnd
 from trserve.frontend.metrics import Metrics
@@ -29,7 +29,7 @@ Report = Callable[[str], None]
 def resolve(cfg: ServeConfig, run_dir: str, report: Report | None = None) -> tuple[RunSpec, list[WorkerSpec]]:
     """Everything that can fail on bad input, checked before any process starts (``report``: what ``auto``
     thresholds chose)."""
-    paths = tuple(resolve_model_path(m.path, f"models.{i}.path") for i, m in enumerate(cfg.models))
+    paths = tuple(_model_path(cfg, i) for i in range(cfg.num_models))
     thresholds = tuple(resolve_thresholds(cfg, paths, report))
     placements = place_models(list(cfg.models))
     workers = worker_specs(cfg, placements)
@@ -39,6 +39,14 @@ def resolve(cfg: ServeConfig, run_dir: str, report: Report | None = None) -> tup
         spec.policy(m)  # validates tables and max batch now, not in a worker
         build_program(spec, m)  # unknown programs and bad parameters too
     return spec, workers
+
+
+def _model_path(cfg: ServeConfig, model: int) -> str:
+    """Model ``model``'s checkpoint; "" for an emulated model without one (no engine loads it)."""
+    path = cfg.models[model].path
+    if path is None:
+        return ""
+    return resolve_model_path(path, f"models.{model}.path")
 
 
 def worker_specs(cfg: ServeConfig, placements: list[Placement]) -> list[WorkerSpec]:
@@ -80,7 +88,7 @@ async def serve(cfg: ServeConfig, report: Report | None = None) -> int:
     launcher = Launcher(spec, workers, log_dir, frontend, metrics, cfg.server.restart)
     say(f"starting {len(workers)} worker(s) ({cfg.mode}); logs in {log_dir}")
     try:
-        tokenizer = Tokenizer(spec.model_paths[0])
+        tokenizer = load_tokenizer(next((p for p in spec.model_paths if p), None))
         await launcher.start_all(cfg.server.startup_timeout_s)
     except LaunchError as exc:
         say(f"error: {exc}")
