@@ -14,13 +14,14 @@ import time
 from typing import Any
 
 from trserve.engine.core_link import CoreLink, sampling_params, start_core
+from trserve.engine.emulated import EmulatedLatency, wait_until
 from trserve.engine.hash import hash_next
 from trserve.engine.signals import EntropySink, top_logprobs_of
 from trserve.runtime.loop import rss_bytes
 from trserve.runtime.messages import Abort, OneToken, Probe, Ready, Rewire, Shutdown, State, TokenReply
 from trserve.runtime.runspec import RunSpec
 from trserve.runtime.transport import FRONTEND
-from trserve.runtime.worker import engine_config, worker_main
+from trserve.runtime.worker import emulated_latency, engine_config, worker_main
 
 log = logging.getLogger(__name__)
 DISPATCHER = 0
@@ -77,11 +78,14 @@ class PlainEngine:
 
 
 class HashPlainEngine:
-    """``backend: hash``: the same interface, stateless (the whole sequence comes with every request)."""
+    """``backend: hash`` and ``emulated``: the same interface, stateless (the whole sequence comes with every
+    request); a step lasts what the routed engines' step would (``emulated``: the model's latency; ``hash``: 5 ms)."""
 
     def __init__(self, spec: RunSpec, model: int) -> None:
         self.model = model
         self.pending: dict[str, tuple[OneToken, float]] = {}
+        emulated = spec.config.backend == "emulated"
+        self.latency = emulated_latency(spec, model) if emulated else EmulatedLatency(table_s=[0.005])
 
     def add(self, msg: OneToken) -> None:
         self.pending[f"{msg.request_id}#{msg.seq_no}"] = (msg, time.perf_counter())
@@ -90,10 +94,12 @@ class HashPlainEngine:
         self.pending = {k: v for k, v in self.pending.items() if v[0].request_id != request_id}
 
     def poll(self) -> list[TokenReply]:
-        time.sleep(0.005)
+        step_started = time.perf_counter()
+        context = sum(len(msg.token_ids) for msg, _ in self.pending.values())
+        outs = [hash_next(self.model, msg.token_ids) for msg, _ in self.pending.values()]
+        wait_until(step_started + self.latency.step_s(len(self.pending), context))
         replies = []
-        for msg, started in self.pending.values():
-            out = hash_next(self.model, msg.token_ids)
+        for (msg, started), out in zip(self.pending.values(), outs, strict=True):
             latency = time.perf_counter() - started
             replies.append(TokenReply(msg.request_id, msg.seq_no, out.token_id, out.top_logprobs, out.entropy, latency))
         self.pending.clear()
@@ -108,7 +114,8 @@ class HashPlainEngine:
 
 def run(spec: RunSpec, index: int) -> None:
     model = index - 1
-    engine: Any = HashPlainEngine(spec, model) if spec.config.backend == "hash" else PlainEngine(spec, model)
+    stand_in = spec.config.backend in ("hash", "emulated")
+    engine: Any = HashPlainEngine(spec, model) if stand_in else PlainEngine(spec, model)
     try:
         mailbox = spec.endpoints.mailbox(index)
         mailbox.send(FRONTEND, Ready(index, os.getpid(), engine.kv_usage()))

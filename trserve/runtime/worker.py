@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trcore import PROGRAMS, RoutingProgram, Subserver, check_signals
+from trserve.engine.emulated import EmulatedEngine, EmulatedLatency
 from trserve.engine.hash import HashEngine
 from trserve.engine.step_engine import StepEngine
 from trserve.engine.types import Engine, EngineConfig
@@ -41,7 +42,7 @@ def routing_signals(spec: RunSpec, model: int) -> dict[str, Any]:
     """Engine settings for the signals model ``model``'s routing program reads. Top-k logprobs and the exact
     entropy cost CPU every step, so an engine computes them only for a program that needs them (a reader of
     ``top_logprobs`` gets the exact entropy too: rstitch prefers it when a step carries it)."""
-    if spec.config.backend == "hash":
+    if spec.config.backend in ("hash", "emulated"):
         return {}
     needed = build_program(spec, model).required_signals
     return {
@@ -81,7 +82,17 @@ def start_engine(spec: RunSpec, model: int, **overrides: Any) -> Engine:
     """The model's engine, as the config's backend says (``overrides``: engine settings)."""
     if spec.config.backend == "hash":
         return HashEngine(model, step_s=0.005)
+    if spec.config.backend == "emulated":
+        return EmulatedEngine(model, emulated_latency(spec, model))
     return StepEngine(engine_config(spec, model, **overrides))
+
+
+def emulated_latency(spec: RunSpec, model: int) -> EmulatedLatency:
+    """Model ``model``'s emulated step latency (``backend: emulated``), seeded per model for its jitter."""
+    emulated = spec.config.models[model].emulated
+    if emulated is None:
+        raise ValueError(f"models.{model}.emulated is required with backend: emulated")
+    return EmulatedLatency.from_config(emulated, seed=spec.config.seed + model)
 
 
 def _die_with_parent() -> None:

@@ -1,0 +1,116 @@
+"""``backend: emulated``: the hash stand-in engine whose every step takes the time a latency model gives.
+
+Only the forward pass is replaced: the step computes the hash tokens and routing signals of
+:mod:`trserve.engine.hash` (so correctness checks still hold), then waits until the step has lasted exactly the
+emulated latency of its batch. The wait sleeps most of the time and spins on ``time.perf_counter`` for the last
+fraction of a millisecond, so steps are accurate to tens of microseconds while costing almost no CPU; the CPU the
+spin does cost is counted (:attr:`EmulatedEngine.wait_cpu_s`) so a CPU budget can leave it out.
+
+Latency sources (``models[i].emulated`` in the serve config, :class:`trserve.config.EmulatedConfig`): a constant,
+a table by batch size, or a calibration profile's fit with its context and extend terms (optionally with jitter
+drawn from the profile's measured spread).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from trcore.errors import ConfigError
+from trserve.config import EmulatedConfig
+from trserve.engine.hash import HashEngine
+from trserve.engine.types import StepItem, TokenOut
+from trsim.latency import LatencyModel
+from trsim.profile import latency_from_profile, load_profile
+
+#: The wait spins (instead of sleeping) for its last this-many seconds: ``time.sleep`` overshoots by ~0.1 ms.
+SPIN_S = 3e-4
+#: Context length (tokens per request) at which :meth:`EmulatedLatency.table` reads a profile (bench prompts).
+TABLE_CONTEXT = 24
+
+
+class EmulatedLatency:
+    """Step latency (seconds) of one emulated model: by batch size from a table (the last entry beyond its end),
+    or from a profile's latency model; ``jitter`` is the relative half-width of a uniform draw around it."""
+
+    def __init__(
+        self, table_s: Sequence[float] | None = None, model: LatencyModel | None = None, jitter: float = 0.0, seed=0
+    ) -> None:
+        if (table_s is None) == (model is None):
+            raise ValueError("EmulatedLatency needs exactly one of table_s and model")
+        self.table_s = list(table_s) if table_s is not None else None
+        self.model = model
+        self.jitter = jitter
+        self.rng = random.Random(seed)
+
+    @classmethod
+    def from_config(cls, cfg: EmulatedConfig, seed: int = 0) -> EmulatedLatency:
+        """The latency of ``cfg`` (``models[i].emulated``); an unreadable profile is a ConfigError."""
+        if cfg.latency_ms is not None:
+            values = cfg.latency_ms if isinstance(cfg.latency_ms, list) else [cfg.latency_ms]
+            return cls(table_s=[v / 1000.0 for v in values])
+        path = Path(str(cfg.profile)).expanduser()
+        try:
+            profile = load_profile(path)
+        except (OSError, ValueError) as exc:
+            raise ConfigError("emulated.profile", f"cannot read {path}: {str(exc).splitlines()[0]}") from None
+        spread = float(((profile.calibration or {}).get("spread") or {}).get("median_spread") or 0.0)
+        return cls(model=latency_from_profile(profile), jitter=spread / 2 if cfg.jitter else 0.0, seed=seed)
+
+    def mean_s(self, batch_size: int, context_tokens: int = 0, extend_tokens: int = 0) -> float:
+        """The latency without jitter."""
+        if self.table_s is not None:
+            return self.table_s[min(batch_size, len(self.table_s)) - 1]
+        assert self.model is not None
+        return max(0.0, float(self.model.predict(batch_size, context_tokens, extend_tokens)))
+
+    def step_s(self, batch_size: int, context_tokens: int = 0, extend_tokens: int = 0) -> float:
+        """One step's latency: the mean, times a uniform draw in ``1 ± jitter``."""
+        mean = self.mean_s(batch_size, context_tokens, extend_tokens)
+        return mean * (1.0 + self.rng.uniform(-self.jitter, self.jitter)) if self.jitter else mean
+
+    def table(self, max_batch: int, context_per_request: int = TABLE_CONTEXT) -> list[float]:
+        """Mean latency by batch size 1..``max_batch`` (what the throughput model and the simulator are fed)."""
+        return [self.mean_s(b, b * context_per_request) for b in range(1, max_batch + 1)]
+
+
+def wait_until(deadline: float) -> None:
+    """Return at ``deadline`` (a ``time.perf_counter`` reading): sleep, then spin the last :data:`SPIN_S`."""
+    remaining = deadline - time.perf_counter()
+    if remaining > SPIN_S:
+        time.sleep(remaining - SPIN_S)
+    while time.perf_counter() < deadline:
+        pass
+
+
+class EmulatedEngine(HashEngine):
+    """Hash tokens at emulated speed. After each step, ``last_emulated_s`` is the latency the step was given
+    and ``last_actual_s`` what it took; ``last_wait_cpu_s`` is the CPU its wait cost (the spin), ``wait_cpu_s``
+    the total."""
+
+    def __init__(self, model: int, latency: EmulatedLatency, capacity_tokens: int = 1 << 20) -> None:
+        super().__init__(model, step_s=0.0, capacity_tokens=capacity_tokens)
+        self.latency = latency
+        self.last_emulated_s = 0.0
+        self.last_actual_s = 0.0
+        self.wait_cpu_s = 0.0
+        self.last_wait_cpu_s = 0.0
+
+    def step(self, items: Sequence[StepItem]) -> list[TokenOut]:
+        started = time.perf_counter()
+        extend = sum(max(0, len(item.new_token_ids) - 1) for item in items)
+        outs = super().step(items)
+        context = sum(len(self.kv[item.request_id]) for item in items)
+        self.last_emulated_s = self.latency.step_s(len(items), context, extend)
+        self.wait(started + self.last_emulated_s)
+        self.last_actual_s = time.perf_counter() - started
+        return outs
+
+    def wait(self, deadline: float) -> None:
+        """:func:`wait_until`, counting its CPU time."""
+        cpu = time.process_time()
+        wait_until(deadline)
+        self.last_wait_cpu_s = time.process_time() - cpu
+        self.wait_cpu_s += self.last_wait_cpu_s
