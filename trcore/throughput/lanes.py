@@ -32,7 +32,7 @@ class Lanes:
         self._threshold = np.minimum(np.asarray(thresholds, dtype=np.int64).T, self._caps)
         self._latency = np.zeros((num_models, int(caps.max()) + 1), dtype=np.int64)
         for i, cap in enumerate(caps):
-            self._latency[i, 1:] = [spec.latency(i, s) for s in range(1, int(cap) + 1)]
+            self._latency[i, 1 : int(cap) + 1] = [spec.latency(i, s) for s in range(1, int(cap) + 1)]
         self._per_step = np.asarray(spec.tokens_per_request_step, dtype=np.float64)
         self._routes = [_routes(row) for row in spec.P]
         num_lanes = self._threshold.shape[1]
