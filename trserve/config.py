@@ -106,7 +106,8 @@ class BatchingConfig(_Strict):
 
 
 class RestartConfig(_Strict):
-    """What happens when a subserver process dies: restart it (up to ``max_restarts`` times), or stay down."""
+    """What happens when a subserver process dies: restart it (up to ``max_restarts`` times; its requests resume
+    once it is back), or stay down (its requests fail with 503)."""
 
     enabled: bool = True
     max_restarts: int = Field(3, ge=0)
@@ -124,6 +125,8 @@ class ServerConfig(_Strict):
     max_waiting_requests: int = Field(256, ge=0)
     max_body_bytes: int = Field(1_000_000, ge=1024)
     startup_timeout_s: float = Field(600.0, gt=0)
+    #: Fail (HTTP 504) a dispatched request that no step moved for this long while every model is up; None: never.
+    stall_timeout_s: float | None = Field(120.0, gt=0)
     restart: RestartConfig = RestartConfig()
     log_dir: str | None = None
 

@@ -100,21 +100,25 @@ class StepEngine:
                 f"{len(self._residents) + num_new} resident requests would exceed max_num_seqs="
                 f"{self.config.max_num_seqs} (parked sessions count); release finished requests or raise it"
             )
-        for item in items:
-            res = self._residents.get(item.request_id)
-            length = (len(res.context) if res else 0) + len(item.new_token_ids)
-            if length == 0:
-                raise EngineStepError(f"request {item.request_id}: a first visit needs its prompt")
-            if any(not 0 <= int(t) < self.vocab_size for t in item.new_token_ids):
-                raise EngineStepError(f"request {item.request_id}: token id outside 0..{self.vocab_size - 1}")
-            try:
-                sampling_params(item.sampling, 0, item.request_id)
-            except (TypeError, ValueError) as exc:
-                raise EngineStepError(f"request {item.request_id}: bad sampling settings: {exc}") from None
-            if length + 1 > self.config.max_model_len:
-                raise EngineStepError(
-                    f"request {item.request_id}: {length} tokens + 1 exceed max_model_len={self.config.max_model_len}"
-                )
+        culprits = {item.request_id: why for item in items if (why := self._item_problem(item))}
+        if culprits:
+            raise EngineStepError("; ".join(f"request {r}: {why}" for r, why in culprits.items()), culprits)
+
+    def _item_problem(self, item: StepItem) -> str | None:
+        """Why this one item cannot be stepped (checked before anything is submitted), or None."""
+        res = self._residents.get(item.request_id)
+        length = (len(res.context) if res else 0) + len(item.new_token_ids)
+        if length == 0:
+            return "a first visit needs its prompt"
+        if any(not 0 <= int(t) < self.vocab_size for t in item.new_token_ids):
+            return f"token id outside 0..{self.vocab_size - 1}"
+        try:
+            sampling_params(item.sampling, 0, item.request_id)
+        except (TypeError, ValueError) as exc:
+            return f"bad sampling settings: {exc}"
+        if length + 1 > self.config.max_model_len:
+            return f"{length} tokens + 1 exceed max_model_len={self.config.max_model_len}"
+        return None
 
     def _submit(self, item: StepItem) -> str:
         res = self._residents.get(item.request_id)

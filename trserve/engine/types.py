@@ -74,7 +74,15 @@ class TokenOut:
 
 
 class EngineStepError(RuntimeError):
-    """A step could not run (context too long, engine full). The step's requests were released."""
+    """A step could not run (context too long, engine full).
+
+    ``culprits`` maps the requests that caused it to their reasons when the engine can tell before running
+    anything: then nothing of the step ran and the other requests may be stepped again without them. Empty when
+    the whole step failed (its requests were released)."""
+
+    def __init__(self, message: str, culprits: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.culprits: dict[str, str] = dict(culprits or {})
 
 
 class Engine(Protocol):

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from trcore import PeerReq, RequestSpec
-from trserve.frontend.generation import Generation
+from trserve.frontend.generation import Failure, Generation
 from trserve.frontend.metrics import Metrics
 from trserve.runtime.messages import Abort, Failed, Finished, Probe, Ready, State, StepReport
 from trserve.runtime.transport import ActiveCounter, AsyncMailbox
@@ -63,6 +63,8 @@ class FrontEnd:
         self.waiting: deque[Generation] = deque()
         self.num_active = 0
         self.down: dict[int, str] = {}
+        #: Processes in ``down`` that are restarting (requests wait for them, see :mod:`trserve.frontend.recovery`).
+        self.restarting: set[int] = set()
         self.ready_waiters: dict[int, asyncio.Future[Ready]] = {}
         self.on_ready: Callable[[Ready], None] | None = None
         self.mailbox = AsyncMailbox(inbox_address, inboxes)
@@ -97,19 +99,20 @@ class FrontEnd:
 
     def submit(self, spec: RequestSpec, prompt_token_ids: list[int], extra: Mapping[str, Any]) -> Generation:
         """Admit a request (dispatched now or queued); raises :class:`Overloaded` or :class:`Unavailable`."""
-        if self.down:
-            why = "; ".join(self.down.values())
-            raise Unavailable(f"the server is not serving: {why}", retry_after_s=5)
-        gen = Generation(spec, prompt_token_ids, extra)
-        if self.num_active >= self.max_active:
+        if set(self.down) - self.restarting:
+            raise Unavailable(f"the server is not serving: {self.why_down()}", retry_after_s=5)
+        gen = Generation(spec, prompt_token_ids, extra, last_progress=time.monotonic())
+        if self.down or self.num_active >= self.max_active:  # while a model restarts, requests wait for it
             if len(self.waiting) >= self.max_waiting:
                 self.metrics.requests.labels("rejected").inc()
+                if self.down:
+                    raise Unavailable(f"the server is restarting: {self.why_down()}", retry_after_s=5)
                 raise Overloaded(f"{len(self.waiting)} requests are already waiting (limit {self.max_waiting})")
             self.waiting.append(gen)
         else:
             self._dispatch(gen)
         self.generations[spec.request_id] = gen
-        self._publish_counts()
+        self.publish_counts()
         return gen
 
     def _dispatch(self, gen: Generation) -> None:
@@ -123,8 +126,18 @@ class FrontEnd:
             extra=dict(gen.extra),
         )
         gen.is_dispatched = True
+        gen.last_progress = time.monotonic()
         self.num_active += 1
         self.send(self.entry, msg)
+
+    def dispatch_waiting(self) -> None:
+        """Dispatch queued requests while there is room and every model is up."""
+        while self.waiting and self.num_active < self.max_active and not self.down:
+            self._dispatch(self.waiting.popleft())
+
+    def finish(self, gen: Generation, reason: str) -> None:
+        """End a request whose output is complete."""
+        self._end(gen, ("done", reason), "finished")
 
     def _end(self, gen: Generation, event: tuple[str, Any], outcome: str) -> None:
         if gen.is_done:
@@ -139,11 +152,10 @@ class FrontEnd:
         self.metrics.requests.labels(outcome).inc()
         if outcome == "finished":
             self.metrics.e2e_seconds.observe(time.monotonic() - gen.spec.arrival_time)
-        while self.waiting and self.num_active < self.max_active and not self.down:
-            self._dispatch(self.waiting.popleft())
-        self._publish_counts()
+        self.dispatch_waiting()
+        self.publish_counts()
 
-    def _publish_counts(self) -> None:
+    def publish_counts(self) -> None:
         self.active.write(self.num_active)
         self.metrics.active.set(self.num_active)
         self.metrics.waiting.set(len(self.waiting))
@@ -157,12 +169,19 @@ class FrontEnd:
             self.broadcast(Abort(request_id))
         self._end(gen, ("done", reason), "aborted" if reason == "aborted" else "finished")
 
+    def fail(self, gen: Generation, failure: Failure, outcome: str = "failed") -> None:
+        """End one request with an error (the HTTP layer answers ``failure.status``) and drop it everywhere."""
+        if gen.is_dispatched:
+            self.broadcast(Abort(gen.request_id))
+        self._end(gen, ("error", failure), outcome)
+
     def fail_all(self, message: str) -> None:
-        """A model died: every request in flight or waiting ends with ``message`` (HTTP 503)."""
+        """A model died for good: every request in flight or waiting ends with ``message`` (HTTP 503)."""
         for gen in list(self.generations.values()):
-            if gen.is_dispatched:
-                self.broadcast(Abort(gen.request_id))
-            self._end(gen, ("error", message), "failed")
+            self.fail(gen, Failure(503, message))
+
+    def why_down(self) -> str:
+        return "; ".join(self.down.values())
 
     # -- messages from subservers -----------------------------------------------------------------------------
 
@@ -171,8 +190,20 @@ class FrontEnd:
             msg = await self.mailbox.receive()
             try:
                 self.handle(msg)
-            except Exception:  # one bad message must not stop the front end
+            except Exception:  # one bad message must not stop the front end, nor leave its requests hanging
                 log.exception("front end: cannot handle %r", type(msg).__name__)
+                self._fail_touched(msg)
+
+    def _fail_touched(self, msg: Any) -> None:
+        """Fail (HTTP 500) every request a message that could not be handled was about."""
+        failure = Failure(500, f"internal error while handling a {type(msg).__name__} for this request")
+        for rid in touched_requests(msg):
+            gen = self.generations.get(rid)
+            if gen is not None:
+                try:
+                    self.fail(gen, failure)
+                except Exception:
+                    log.exception("front end: cannot fail request %s", rid)
 
     def handle(self, msg: Any) -> None:
         if isinstance(msg, StepReport):
@@ -193,6 +224,11 @@ class FrontEnd:
             gen = self.generations.get(rid)
             if gen is not None:
                 self._deliver(gen, gen.accept(offset, tokens), now)
+        for rid, model, num_output, extra in report.routes:
+            gen = self.generations.get(rid)
+            if gen is not None:
+                gen.note_route(model, num_output, extra)
+                gen.last_progress = now
         for done in report.finished:
             self._on_finished(done, now)
         for failed in report.failed:
@@ -201,6 +237,7 @@ class FrontEnd:
     def _deliver(self, gen: Generation, tokens: list[int], now: float) -> None:
         if not tokens:
             return
+        gen.last_progress = now
         if gen.first_token_time is None:
             gen.first_token_time = now
             self.metrics.ttft_seconds.observe(now - gen.spec.arrival_time)
@@ -215,9 +252,8 @@ class FrontEnd:
 
     def _on_failed(self, failed: Failed) -> None:
         gen = self.generations.get(failed.request_id)
-        if gen is not None:
-            self.broadcast(Abort(failed.request_id))
-            self._end(gen, ("error", failed.message), "failed")
+        if gen is not None and not gen.is_suspended:  # a suspended request's old incarnation is gone anyway
+            self.fail(gen, Failure(503, failed.message))
 
     # -- probes -----------------------------------------------------------------------------------------------
 
@@ -249,3 +285,12 @@ class FrontEnd:
         states.append(state)
         if len(states) >= expected and not fut.done():
             fut.set_result(sorted(states, key=lambda s: s.model))
+
+
+def touched_requests(msg: Any) -> list[str]:
+    """The request ids a subserver message is about (a report's tokens, routes, finishes and failures)."""
+    if not isinstance(msg, StepReport):
+        return []
+    ids = [t[0] for t in msg.tokens] + [r[0] for r in msg.routes]
+    ids += [f.request_id for f in msg.finished] + [f.request_id for f in msg.failed]
+    return list(dict.fromkeys(ids))

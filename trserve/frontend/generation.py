@@ -5,17 +5,28 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from trcore import RequestSpec
+from trcore import CLIENT, PeerReq, RequestSpec
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a request ended in error, and the HTTP status that says so (503 unavailable, 504 stalled, 500 bug)."""
+
+    status: int
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
 
 
 @dataclass
 class Generation:
     """One client request in flight: its committed output so far and a queue of events for the HTTP layer.
 
-    Events: ``("tokens", list[int])``, ``("done", reason)``, ``("error", message)``."""
+    Events: ``("tokens", list[int])``, ``("done", reason)``, ``("error", Failure)``."""
 
     spec: RequestSpec
     prompt_token_ids: list[int]
@@ -25,6 +36,14 @@ class Generation:
     is_done: bool = False
     is_dispatched: bool = False
     first_token_time: float | None = None
+    #: When a step last moved it (dispatch, resume, a step's report); the stall watchdog reads it.
+    last_progress: float = 0.0
+    #: Aborted everywhere while a dead model restarts; resumed from ``output`` once it is back.
+    is_suspended: bool = False
+    #: Output tokens committed before the current incarnation (a resume sends them as prompt).
+    base: int = 0
+    #: The latest resume point: ``(model, num_output, routing extra)`` (see ``StepReport.routes``).
+    route: tuple[int, int, dict[str, Any]] | None = None
     _early: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     @property
@@ -33,7 +52,8 @@ class Generation:
 
     def accept(self, offset: int, tokens: tuple[int, ...]) -> list[int]:
         """Take output tokens that start at ``offset``; returns the newly contiguous ones (reports from two
-        models can arrive out of order)."""
+        models can arrive out of order). ``offset`` counts from the current incarnation's first output token."""
+        offset += self.base
         self._early[offset] = tokens
         new: list[int] = []
         progressed = True
@@ -49,3 +69,34 @@ class Generation:
                     new.extend(fresh)
                     progressed = True
         return new
+
+    def note_route(self, model: int, num_output: int, extra: dict[str, Any] | None) -> None:
+        """A step says ``model`` continues the request after ``num_output`` output tokens (of this incarnation)
+        with routing state ``extra``; the latest (largest output) wins, reports may arrive out of order."""
+        num_output += self.base
+        if self.route is None or num_output >= self.route[1]:
+            self.route = (model, num_output, extra or {})
+
+    def finish_reason(self) -> str | None:
+        """Why the committed output is complete ("length" or "stop"), or None while it may go on."""
+        spec, n = self.spec, len(self.output)
+        if n >= spec.max_tokens:
+            return "length"
+        if n > spec.min_tokens and self.output[-1] in spec.stop_token_ids:
+            return "stop"
+        return None
+
+    def resume(self, num_models: int, entry: int) -> tuple[int, PeerReq]:
+        """The next incarnation after a crash: the same request id, the committed output appended to the prompt,
+        the budget reduced by it, on the model (and with the routing state) of the latest resume point."""
+        n = len(self.output)
+        self.base, self._early = n, {}
+        spec = replace(
+            self.spec,
+            num_prompt_tokens=len(self.prompt_token_ids) + n,
+            max_tokens=self.spec.max_tokens - n,
+            min_tokens=max(0, self.spec.min_tokens - n),
+        )
+        model, extra = (entry, dict(self.extra)) if self.route is None else (self.route[0], dict(self.route[2]))
+        ids = (*self.prompt_token_ids, *self.output)
+        return model, PeerReq(self.request_id, 0, ids, (0,) * num_models, CLIENT, spec=spec, extra=extra)

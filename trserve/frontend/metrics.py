@@ -61,6 +61,12 @@ class Metrics:
         )
         self.up = Gauge("tokenrouter_model_up", "1 while a model's process serves", ["model"], registry=reg)
         self.restarts = Counter("tokenrouter_model_restarts", "Subserver restarts", ["model"], registry=reg)
+        self.resumed = Counter(
+            "tokenrouter_requests_resumed", "Requests resumed after a model process died and restarted", registry=reg
+        )
+        self.stalled = Counter(
+            "tokenrouter_requests_stalled", "Requests failed by the watchdog (no progress, HTTP 504)", registry=reg
+        )
         self.active = Gauge("tokenrouter_requests_active", "Requests dispatched and not finished", registry=reg)
         self.waiting = Gauge("tokenrouter_requests_waiting", "Requests admitted but not yet dispatched", registry=reg)
         self.requests = Counter(

@@ -10,12 +10,17 @@ from typing import Any
 from starlette.requests import Request
 
 from trserve.frontend.book import FrontEnd
-from trserve.frontend.generation import Generation
+from trserve.frontend.generation import Failure, Generation
 from trserve.frontend.text import TextStream
 
 
 class GenerationFailed(Exception):
-    """The request could not finish (a model process died or failed); HTTP 503."""
+    """The request could not finish: ``status`` 503 (a model process died or failed), 504 (it stalled) or 500 (the
+    front end could not handle a report about it)."""
+
+    def __init__(self, failure: Failure | str) -> None:
+        super().__init__(str(failure))
+        self.status = failure.status if isinstance(failure, Failure) else 503
 
 
 class ClientGone(Exception):

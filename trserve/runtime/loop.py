@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from trcore import CLIENT, Batch, PeerReq, Request, StepResult, Subserver
-from trserve.engine.types import Engine, EngineStepError, StepItem
+from trserve.engine.types import Engine, EngineStepError, StepItem, TokenOut
 from trserve.runtime.messages import Abort, Failed, Finished, Probe, Rewire, Shutdown, State, StepReport
+from trserve.runtime.reports import committed_tokens, finished_message, resume_points
 from trserve.runtime.transport import FRONTEND
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,8 @@ class SubserverLoop:
     """Runs one model: ``run()`` returns after a :class:`Shutdown` message or when the parent process dies.
 
     ``read_active()`` gives the system-wide active-request count (threshold tables). A step that raises
-    :class:`~trserve.engine.types.EngineStepError` fails only its batch's requests; any other exception ends
+    :class:`~trserve.engine.types.EngineStepError` fails the requests the engine names as its culprits (the
+    others are stepped again without them), or the whole batch when it names none; any other exception ends
     the process."""
 
     def __init__(
@@ -122,16 +124,25 @@ class SubserverLoop:
 
     def _receive(self, msg: PeerReq) -> None:
         rid = msg.request_id
-        if rid in self._tombstones:
+        if msg.origin == CLIENT and msg.spec is not None:
+            self._renew(rid)
+        elif rid in self._tombstones:
             return  # aborted while this hand-off was in flight
         if msg.is_finished:
             self._forget(rid)
             return
         if msg.spec is None and rid not in self.sub.requests:
-            # Addressed to a previous incarnation of this model (it restarted); the request was failed then.
+            # Addressed to a previous incarnation of this model (it restarted); the front end resumes the request.
             log.warning("model %d: dropping hand-off for unknown request %s", self.model, rid)
             return
         self.sub.receive(msg, self.clock())
+
+    def _renew(self, request_id: str) -> None:
+        """The front end (re)starts a request (a resume after a crash reuses its id): whatever this model still
+        holds of an earlier incarnation is stale."""
+        if request_id in self.sub.requests:
+            self._forget(request_id)
+        self._tombstones.pop(request_id, None)
 
     def _forget(self, request_id: str) -> None:
         """Release a request here (finished elsewhere or aborted) and free its KV in the engine."""
@@ -148,24 +159,54 @@ class SubserverLoop:
         items = [StepItem(r.request_id, unseen_tokens(r, self.model), r.spec.sampling) for r in batch.requests]
         outputs_before = [r.num_output_tokens for r in batch.requests]
         started = time.perf_counter()
-        try:
-            outs = self.engine.step(items)
-        except EngineStepError as exc:  # this batch cannot run (the engine released it); keep serving the rest
-            self._fail_batch(batch, f"model {self.model} could not step the request: {exc}")
+        outs, failed = self._step_isolated(items)
+        if not outs:  # nothing of the batch could run; keep serving the rest
+            self._fail_batch(batch, failed)
             return
         step_s = time.perf_counter() - started
+        # The culprits' outputs are fillers: their tokens and routes are dropped right after ``complete``.
+        filler = TokenOut(0, {}, None if any(o.entropy is None for o in outs.values()) else 0.0)
+        step = [outs.get(rid, filler) for rid in batch.request_ids]
         result = StepResult(
-            token_ids=[o.token_id for o in outs],
-            top_logprobs=[o.top_logprobs for o in outs],
-            entropy=[o.entropy for o in outs],
+            token_ids=[o.token_id for o in step],
+            top_logprobs=[o.top_logprobs for o in step],
+            entropy=[o.entropy for o in step],
             request_ids=batch.request_ids,
         )
         handoffs = self.sub.complete(batch, result, self.clock())
+        if failed:
+            handoffs = [(dest, msg) for dest, msg in handoffs if msg.request_id not in failed]
+            for rid in failed:
+                self._forget(rid)
         self.stats.num_steps += 1
-        report = self._report(batch, outputs_before, step_s, handoffs)
+        report = self._report(batch, outputs_before, step_s, handoffs, failed)
         self.mailbox.send(FRONTEND, report)
 
-    def _report(self, batch: Batch, before: list[int], step_s: float, handoffs: list[tuple[int, PeerReq]]) -> Any:
+    def _step_isolated(self, items: list[StepItem]) -> tuple[dict[str, TokenOut], dict[str, str]]:
+        """Step ``items``; when the engine names the requests that broke the step, drop them and step the others
+        again. Returns outputs and failure messages by request id (all fail when the engine cannot tell)."""
+        failed: dict[str, str] = {}
+        while items:
+            try:
+                outs = self.engine.step(items)
+            except EngineStepError as exc:
+                ids = {item.request_id for item in items}
+                culprits = {r: why for r, why in exc.culprits.items() if r in ids} or dict.fromkeys(ids, str(exc))
+                prefix = f"model {self.model} could not step the request"
+                failed.update({r: f"{prefix}: {why}" for r, why in culprits.items()})
+                items = [item for item in items if item.request_id not in culprits]
+                continue
+            return {item.request_id: out for item, out in zip(items, outs, strict=True)}, failed
+        return {}, failed
+
+    def _report(
+        self,
+        batch: Batch,
+        before: list[int],
+        step_s: float,
+        handoffs: list[tuple[int, PeerReq]],
+        failed: dict[str, str],
+    ) -> Any:
         finished: list[Finished] = []
         num_handoffs = 0
         for dest, msg in handoffs:
@@ -176,7 +217,8 @@ class SubserverLoop:
                 num_handoffs += 0 if msg.is_finished else 1
                 self.mailbox.send(dest, msg)
         self.stats.num_handoffs += num_handoffs
-        tokens = committed_tokens(batch, before, {f.request_id for f in finished})
+        done = {f.request_id for f in finished} | set(failed)
+        tokens = committed_tokens(batch, before, done)
         return StepReport(
             model=self.model,
             batch_size=batch.size,
@@ -188,14 +230,16 @@ class SubserverLoop:
             kv_usage=self.engine.kv_usage(),
             tokens=tokens,
             finished=finished,
+            failed=[Failed(rid, message) for rid, message in failed.items()],
+            routes=resume_points(batch, handoffs, done),
             **emulated_fields(self.engine),
         )
 
-    def _fail_batch(self, batch: Batch, message: str) -> None:
+    def _fail_batch(self, batch: Batch, messages: dict[str, str]) -> None:
         failed = []
         for req in batch.requests:
             self._forget(req.request_id)
-            failed.append(Failed(req.request_id, message))
+            failed.append(Failed(req.request_id, messages.get(req.request_id, f"model {self.model} failed")))
         self.sub.fail(batch)  # the batch will never complete; its requests are gone
         report = StepReport(self.model, batch.size, 0, 0.0, self.sub.num_ready, len(self.sub.requests), 0,
                             self.engine.kv_usage(), failed=failed)  # fmt: skip
@@ -227,24 +271,6 @@ def emulated_fields(engine: Engine) -> dict[str, Any]:
 
 def unseen_tokens(req: Request, model: int) -> list[int]:
     return req.token_ids[req.anchors[model] :]
-
-
-def committed_tokens(batch: Batch, before: list[int], done: set[str]) -> list[tuple[str, int, tuple[int, ...]]]:
-    """``(request_id, offset, tokens)`` for each request of ``batch`` whose output grew past ``before`` (its
-    output length at launch); finished requests (``done``) report their whole output separately."""
-    return [
-        (r.request_id, n, tuple(r.output_token_ids[n:]))
-        for r, n in zip(batch.requests, before, strict=True)
-        if r.num_output_tokens > n and r.request_id not in done
-    ]
-
-
-def finished_message(msg: PeerReq, batch: Batch) -> Finished:
-    """The front end's message for a request that finished in ``batch`` (``msg`` is the core's CLIENT hand-off)."""
-    req = next(r for r in batch.requests if r.request_id == msg.request_id)
-    last = req.token_ids[-1] if req.num_output_tokens else None
-    reason = "stop" if last is not None and last in req.spec.stop_token_ids else "length"
-    return Finished(msg.request_id, tuple(msg.token_ids), reason)
 
 
 def python_objects() -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -60,12 +61,18 @@ class Failed:
     message: str
 
 
+#: Where a request goes on after a step: ``(request_id, model, num_output_tokens, routing extra or None)``.
+Route = tuple[str, int, int, dict[str, Any] | None]
+
+
 @dataclass(frozen=True)
 class StepReport:
     """What one step of one model produced, for streaming and metrics.
 
     ``tokens`` lists ``(request_id, offset, token_ids)``: output tokens committed from output position
-    ``offset`` on (the front end reassembles them in order, whichever model sent them)."""
+    ``offset`` on (the front end reassembles them in order, whichever model sent them). ``routes`` says, per
+    request still live, which model continues it and with what routing state: where to resume it after a
+    crash."""
 
     model: int
     batch_size: int
@@ -78,6 +85,7 @@ class StepReport:
     tokens: list[tuple[str, int, tuple[int, ...]]] = field(default_factory=list)
     finished: list[Finished] = field(default_factory=list)
     failed: list[Failed] = field(default_factory=list)
+    routes: list[Route] = field(default_factory=list)
     #: ``backend: emulated``: the latency the step was given, and the CPU its wait cost (the final spin).
     emulated_s: float | None = None
     wait_cpu_s: float = 0.0
@@ -118,6 +126,9 @@ class StepReply:
     step_s: float
     kv_usage: float
     error: str | None = None
+    #: ``backend: emulated``: as in :class:`StepReport`.
+    emulated_s: float | None = None
+    wait_cpu_s: float = 0.0
 
 
 @dataclass(frozen=True)

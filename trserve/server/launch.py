@@ -21,6 +21,7 @@ from trserve.config import RestartConfig
 from trserve.entrypoints import worker_command
 from trserve.frontend.book import FrontEnd
 from trserve.frontend.metrics import Metrics
+from trserve.frontend.recovery import Recovery
 from trserve.runtime.messages import Ready, Rewire, Shutdown
 from trserve.runtime.placement import Placement
 from trserve.runtime.runspec import RunSpec
@@ -82,7 +83,9 @@ class Launcher:
         self.metrics = metrics
         self.restart = restart
         self.is_stopping = False
+        self.recovery = Recovery(frontend, metrics, spec.config.server.stall_timeout_s)
         self._monitor: asyncio.Task[None] | None = None
+        self._watchdog: asyncio.Task[None] | None = None
         self.on_restarted: Callable[[int], None] | None = None
 
     def log_path(self, index: int) -> Path:
@@ -146,6 +149,7 @@ class Launcher:
         for w in self.workers:
             self.metrics.up.labels(w.spec.name).set(1)
         self._monitor = asyncio.get_running_loop().create_task(self._watch())
+        self._watchdog = asyncio.get_running_loop().create_task(self.recovery.watch())
         return readies
 
     async def _watch(self) -> None:
@@ -160,16 +164,16 @@ class Launcher:
                     await self._on_death(worker, code)
 
     async def _on_death(self, worker: Worker, code: int) -> None:
-        name = worker.spec.name
-        message = f"model process {name!r} exited unexpectedly (status {code}); see {self.log_path(worker.spec.index)}"
-        log.error("%s", message)
+        """Restart a dead worker while the budget lasts: its requests (and every other in flight) are suspended
+        and resume once it is back (:mod:`trserve.frontend.recovery`); past the budget they fail (503)."""
+        name, index = worker.spec.name, worker.spec.index
+        log.error("model process %r exited unexpectedly (status %d); see %s", name, code, self.log_path(index))
         self.metrics.up.labels(name).set(0)
         if not self._may_restart(worker):
-            self.frontend.down[worker.spec.index] = f"{name!r} exited (status {code}); restarts disabled or used up"
-            self.frontend.fail_all(message)
+            why = f"{name!r} exited (status {code}); restarts disabled or used up; see {self.log_path(index)}"
+            self.recovery.model_down(index, why, restarting=False)
             return
-        self.frontend.down[worker.spec.index] = f"{name!r} exited unexpectedly and is restarting"
-        self.frontend.fail_all(message)
+        self.recovery.model_down(index, f"{name!r} exited unexpectedly and is restarting", restarting=True)
         worker.restarts += 1
         worker.generation += 1
         self.metrics.restarts.labels(name).inc()
@@ -178,17 +182,16 @@ class Launcher:
             await self._await_ready([worker], self.spec.config.server.startup_timeout_s)
         except LaunchError as exc:
             log.error("%s", exc)
-            where = self.log_path(worker.spec.index)
-            self.frontend.down[worker.spec.index] = f"{name!r} failed to restart; see {where}"
+            self.recovery.model_down(index, f"{name!r} failed to restart; see {self.log_path(index)}", restarting=False)
             return
         for other in self.workers:  # peers drop their queue for the dead process and talk to the new one
             if other is not worker and other.spec.index not in self.frontend.down:
                 self.frontend.send(
                     other.spec.index, Rewire(worker.spec.index, self.spec.endpoints.inbox(worker.spec.index))
                 )
-        del self.frontend.down[worker.spec.index]
         self.metrics.up.labels(name).set(1)
-        log.info("worker %s restarted (generation %d)", name, worker.generation)
+        log.info("worker %s restarted (generation %d); resuming its requests", name, worker.generation)
+        self.recovery.model_up(index)
 
     def _may_restart(self, worker: Worker) -> bool:
         return self.restart.enabled and worker.restarts < self.restart.max_restarts
@@ -196,8 +199,9 @@ class Launcher:
     async def stop_all(self, grace_s: float = 10.0) -> None:
         """Ask every worker to shut down, then terminate and finally kill what is left."""
         self.is_stopping = True
-        if self._monitor is not None:
-            self._monitor.cancel()
+        for task in (self._monitor, self._watchdog):
+            if task is not None:
+                task.cancel()
         live = [w for w in self.workers if w.process is not None and w.process.poll() is None]
         for w in live:
             with contextlib.suppress(Exception):

@@ -1,0 +1,154 @@
+"""The front end's recovery, without engines: a report it cannot handle fails its requests (500) instead of leaving
+them hanging; the watchdog fails a stalled request (504, counted); a restart suspends every request and resumes it
+where it was (same id, committed output as prompt, the routing state of its last step), and new requests wait."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from trcore import PeerReq, RequestSpec
+from trserve.frontend.book import FrontEnd
+from trserve.frontend.generation import Generation
+from trserve.frontend.metrics import Metrics
+from trserve.frontend.recovery import Recovery
+from trserve.frontend.streaming import GenerationFailed
+from trserve.runtime.messages import Abort, Failed, Finished, StepReport
+from trserve.runtime.transport import FRONTEND, ActiveCounter, Endpoints, Mailbox
+
+
+class Bench:
+    """A front end wired to two in-test model inboxes over real ZeroMQ sockets."""
+
+    def __init__(self, tmp_path: Any, max_active: int = 4) -> None:
+        ep = Endpoints(str(tmp_path), 2)
+        book = ep.address_book()
+        self.models = [Mailbox(book[m], {FRONTEND: book[FRONTEND]}) for m in range(2)]
+        self.metrics = Metrics(["large", "small"])
+        active = ActiveCounter(ep.active_file, writable=True)
+        self.fe = FrontEnd(book[FRONTEND], {m: book[m] for m in range(2)}, 0, 2, active, self.metrics, max_active, 4)
+        self.recovery = Recovery(self.fe, self.metrics, stall_timeout_s=5.0)
+
+    def submit(self, rid: str, prompt: list[int], max_tokens: int = 10, extra: dict | None = None) -> Generation:
+        return self.fe.submit(RequestSpec(rid, len(prompt), max_tokens), prompt, extra or {})
+
+    def received(self, model: int) -> list[Any]:
+        return self.models[model].receive_all(2.0)
+
+    def close(self) -> None:
+        for box in self.models:
+            box.close()
+
+
+def report(model: int, **fields: Any) -> StepReport:
+    return StepReport(model, 1, 1, 0.01, 0, 1, 0, 0.0, **fields)
+
+
+def drain(gen: Generation) -> list[tuple[str, Any]]:
+    out = []
+    while not gen.events.empty():
+        out.append(gen.events.get_nowait())
+    return out
+
+
+def test_a_report_that_cannot_be_handled_fails_its_requests(tmp_path):
+    async def scenario() -> None:
+        b = Bench(tmp_path)
+        gen = b.submit("a", [1, 2, 3])
+        other = b.submit("b", [4, 5])
+        assert [type(m) for m in b.received(0)] == [PeerReq, PeerReq]
+
+        def broken(_: StepReport) -> None:
+            raise RuntimeError("a bug in report handling")
+
+        b.metrics.observe_step = broken  # type: ignore[method-assign]
+        b.fe.start()
+        b.models[0].send(FRONTEND, report(0, tokens=[("a", 0, (7,))]))
+        kind, failure = await asyncio.wait_for(gen.events.get(), 5.0)
+        assert kind == "error" and failure.status == 500
+        assert GenerationFailed(failure).status == 500
+        assert Abort("a") in b.received(0) and Abort("a") in b.received(1)
+        assert "a" not in b.fe.generations and "b" in b.fe.generations and other.events.empty()
+        await b.fe.close()
+        b.close()
+
+    asyncio.run(scenario())
+
+
+def test_watchdog_fails_a_stalled_request_with_504_only_while_models_are_up(tmp_path):
+    async def scenario() -> None:
+        b = Bench(tmp_path)
+        gen = b.submit("a", [1, 2, 3])
+        start = gen.last_progress
+        b.recovery.check_stalls(start + 4.0)
+        assert not drain(gen)
+        b.fe.down[1] = "restarting"
+        b.recovery.check_stalls(start + 60.0)
+        assert not drain(gen)
+        del b.fe.down[1]
+        b.recovery.check_stalls(start + 6.0)
+        [(kind, failure)] = drain(gen)
+        assert kind == "error" and failure.status == 504 and "server.stall_timeout_s" in failure.message
+        assert "tokenrouter_requests_stalled_total 1.0" in b.metrics.render().decode()
+        assert b.fe.num_active == 0
+        b.close()
+
+    asyncio.run(scenario())
+
+
+def test_restart_suspends_then_resumes_where_the_request_was(tmp_path):
+    async def scenario() -> None:
+        b = Bench(tmp_path)
+        gen = b.submit("a", [1, 2, 3], max_tokens=6, extra={"handoff_prob": 0.5})
+        b.received(0)
+        b.fe.handle(report(0, tokens=[("a", 0, (7, 8))], routes=[("a", 1, 2, {"handoff_prob": 0.5, "k": 2})]))
+        assert drain(gen) == [("tokens", [7, 8])]
+
+        b.recovery.model_down(1, "'small' exited unexpectedly and is restarting", restarting=True)
+        assert Abort("a") in b.received(0)
+        waiting = b.submit("w", [9])  # admitted, waits for the restart
+        assert not waiting.is_dispatched
+        b.fe.handle(report(0, failed=[Failed("a", "stale: the old incarnation")]))
+        assert not drain(gen) and gen.is_suspended
+
+        b.recovery.model_up(1)
+        [resumed] = b.received(1)
+        assert resumed.request_id == "a" and resumed.token_ids == (1, 2, 3, 7, 8) and resumed.extra["k"] == 2
+        assert resumed.spec.num_prompt_tokens == 5 and resumed.spec.max_tokens == 4
+        assert [m.request_id for m in b.received(0)] == ["w"]
+
+        b.fe.handle(report(1, tokens=[("a", 0, (10,))]))
+        b.fe.handle(report(1, finished=[Finished("a", (10, 11, 12, 13), "length")]))
+        assert gen.output == [7, 8, 10, 11, 12, 13]
+        assert drain(gen) == [("tokens", [10]), ("tokens", [11, 12, 13]), ("done", "length")]
+        assert "tokenrouter_requests_resumed_total 1.0" in b.metrics.render().decode()
+        b.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_request_complete_before_the_crash_finishes_on_resume(tmp_path):
+    async def scenario() -> None:
+        b = Bench(tmp_path)
+        gen = b.submit("a", [1], max_tokens=2)
+        b.fe.handle(report(0, tokens=[("a", 0, (7, 8))]))
+        b.recovery.model_down(0, "restarting", restarting=True)
+        b.recovery.model_up(0)
+        assert drain(gen)[-1] == ("done", "length") and "a" not in b.fe.generations
+        b.close()
+
+    asyncio.run(scenario())
+
+
+def test_without_a_restart_every_request_fails_with_503(tmp_path):
+    async def scenario() -> None:
+        b = Bench(tmp_path, max_active=1)
+        running, queued = b.submit("a", [1]), b.submit("b", [2])
+        b.recovery.model_down(1, "'small' exited (status -9); restarts disabled or used up", restarting=False)
+        for gen in (running, queued):
+            [(kind, failure)] = drain(gen)
+            assert kind == "error" and failure.status == 503 and "restarts disabled" in str(failure)
+        assert not b.fe.generations and b.fe.num_active == 0
+        b.close()
+
+    asyncio.run(scenario())

@@ -1,0 +1,94 @@
+"""What keeps a model's death or a lost message from costing requests: suspend and resume around a restart,
+and the stall watchdog.
+
+While a dead model restarts, every dispatched request is aborted on every live model (its committed output stays
+with the front end) and new requests wait. Once every model is up again, each request resumes as a fresh
+incarnation under the same id: prompt plus committed output as its prompt, the budget reduced by it, on the model
+and with the routing state its last step reported (:class:`trserve.frontend.generation.Generation.resume`). With
+greedy decoding the continuation is the one an uninterrupted run writes; the client sees a pause, no token twice
+and none missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from trserve.frontend.book import FrontEnd
+from trserve.frontend.generation import Failure, Generation
+from trserve.frontend.metrics import Metrics
+from trserve.runtime.messages import Abort
+
+log = logging.getLogger(__name__)
+
+
+class Recovery:
+    """Model deaths, restarts and stalls for one front end (driven by the launcher, which sees the processes).
+
+    ``stall_timeout_s``: fail a dispatched request that no step moved for this long while every model is up
+    (HTTP 504; None: never)."""
+
+    def __init__(self, frontend: FrontEnd, metrics: Metrics, stall_timeout_s: float | None) -> None:
+        self.frontend = frontend
+        self.metrics = metrics
+        self.stall_timeout_s = stall_timeout_s
+
+    def model_down(self, proc: int, why: str, *, restarting: bool) -> None:
+        """Process ``proc`` died. While it restarts, every dispatched request is suspended and new ones wait;
+        without a restart every request fails (HTTP 503)."""
+        fe = self.frontend
+        fe.down[proc] = why
+        if not restarting:
+            fe.restarting.discard(proc)
+            fe.fail_all(f"model process {why}")
+            return
+        fe.restarting.add(proc)
+        for gen in fe.generations.values():
+            if gen.is_dispatched and not gen.is_suspended:
+                fe.broadcast(Abort(gen.request_id))
+                gen.is_suspended = True
+
+    def model_up(self, proc: int) -> None:
+        """Process ``proc`` serves again; once every process does, the suspended requests resume."""
+        fe = self.frontend
+        fe.down.pop(proc, None)
+        fe.restarting.discard(proc)
+        if fe.down:
+            return
+        for gen in list(fe.generations.values()):
+            if gen.is_suspended:
+                self._resume(gen)
+        fe.dispatch_waiting()
+        fe.publish_counts()
+
+    def _resume(self, gen: Generation) -> None:
+        fe = self.frontend
+        gen.is_suspended = False
+        reason = gen.finish_reason()
+        if reason is not None:  # its last token came before the crash; only the report of its end was lost
+            fe.finish(gen, reason)
+            return
+        model, msg = gen.resume(fe.num_models, fe.entry)
+        gen.last_progress = time.monotonic()
+        self.metrics.resumed.inc()
+        fe.send(model if model in fe.mailbox.destinations else fe.entry, msg)
+
+    async def watch(self) -> None:
+        """Check for stalled requests about every second (forever; cancel the task to stop)."""
+        while True:
+            timeout = self.stall_timeout_s
+            await asyncio.sleep(min(1.0, timeout / 4) if timeout else 1.0)
+            self.check_stalls(time.monotonic())
+
+    def check_stalls(self, now: float) -> None:
+        """Fail (HTTP 504) every dispatched request no step moved for ``stall_timeout_s`` while all models were up
+        (a lost message or a wedged model must not hold a client forever)."""
+        fe, timeout = self.frontend, self.stall_timeout_s
+        if timeout is None or fe.down:
+            return
+        for gen in list(fe.generations.values()):
+            if gen.is_dispatched and now - gen.last_progress > timeout:
+                log.error("front end: request %s made no progress for %g s; failing it", gen.request_id, timeout)
+                self.metrics.stalled.inc()
+                fe.fail(gen, Failure(504, f"the request made no progress for {timeout:g} s (server.stall_timeout_s)"))
