@@ -48,7 +48,7 @@ def crossval(
     from trcore.errors import ConfigError
     from trserve.crossval.drift import DRIFT_MODES
     from trserve.crossval.plan import RouterChoice, make_plan
-    from trserve.crossval.predict import load_calibration
+    from trserve.crossval.predict import emulated_calibration, load_calibration
     from trserve.crossval.run import run_crossval, write_outputs
     from trserve.crossval.workloads import WORKLOADS, make_workload
     from trserve.hardware import hardware_tag
@@ -83,7 +83,10 @@ def crossval(
         repeats=repeats,
     )
     tag = hardware_tag()
-    calibration = load_calibration(profiles or calibration_dir("profiles", tag), [m.name for m in cfg.models])
+    if cfg.backend == "emulated":  # the engines step exactly as the config says: predict from the same latencies
+        calibration = emulated_calibration(cfg)
+    else:
+        calibration = load_calibration(profiles or calibration_dir("profiles", tag), [m.name for m in cfg.models])
     minutes = len(workloads) * plan.run_seconds / 60
     typer.echo(f"crossval: {plan.num_cells} cells x {len(workloads)} workload(s), about {minutes:.1f} min", err=True)
     base = out or calibration_dir("crossval", tag)

@@ -12,7 +12,7 @@ import sys
 import time
 
 from trserve.engine.types import Engine, EngineStepError, StepItem
-from trserve.runtime.loop import rss_bytes
+from trserve.runtime.loop import emulated_fields, rss_bytes
 from trserve.runtime.messages import Abort, Probe, Ready, Release, Rewire, Shutdown, State, StepCall, StepReply
 from trserve.runtime.runspec import RunSpec
 from trserve.runtime.transport import FRONTEND
@@ -30,7 +30,7 @@ def step_reply(engine: Engine, call: StepCall) -> StepReply:
         return StepReply(call.call_id, [], 0.0, engine.kv_usage(), error=str(exc))
     step_s = time.perf_counter() - started
     outputs = [(int(o.token_id), dict(o.top_logprobs), o.entropy) for o in outs]
-    return StepReply(call.call_id, outputs, step_s, engine.kv_usage())
+    return StepReply(call.call_id, outputs, step_s, engine.kv_usage(), **emulated_fields(engine))
 
 
 def run(spec: RunSpec, index: int) -> None:

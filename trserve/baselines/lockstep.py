@@ -155,6 +155,7 @@ class LockstepDriver:
         report = StepReport(
             model, batch.size, sum(batch.num_new_tokens), reply.step_s, sub.num_ready, len(sub.requests),
             num_handoffs, reply.kv_usage, tokens=tokens, finished=finished,
+            emulated_s=reply.emulated_s, wait_cpu_s=reply.wait_cpu_s,
         )  # fmt: skip
         self.mailbox.send(FRONTEND, report)
 

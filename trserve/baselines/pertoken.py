@@ -85,7 +85,7 @@ class HashPlainEngine:
         self.model = model
         self.pending: dict[str, tuple[OneToken, float]] = {}
         emulated = spec.config.backend == "emulated"
-        self.latency = emulated_latency(spec, model) if emulated else EmulatedLatency(table_s=[0.005])
+        self.latency = emulated_latency(spec, model) if emulated else EmulatedLatency.by_batch_s(0.005)
 
     def add(self, msg: OneToken) -> None:
         self.pending[f"{msg.request_id}#{msg.seq_no}"] = (msg, time.perf_counter())

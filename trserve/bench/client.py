@@ -13,7 +13,9 @@ import asyncio
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
@@ -61,6 +63,9 @@ class LoadResult:
     ttft_s: list[float] = field(default_factory=list)
     tpot_s: list[float] = field(default_factory=list)
     e2e_s: list[float] = field(default_factory=list)
+    #: What the ``probe`` given to :func:`run_load` read at the window's start and end (e.g. CPU times).
+    probe_before: dict[str, Any] = field(default_factory=dict)
+    probe_after: dict[str, Any] = field(default_factory=dict)
 
 
 async def _one(client: httpx.AsyncClient, prompt: str, work: Workload, rec: RequestRecord) -> None:
@@ -91,9 +96,12 @@ async def _client_loop(client: httpx.AsyncClient, k: int, work: Workload, stop_a
         i += 1
 
 
-async def run_load(url: str, concurrency: int, work: Workload) -> LoadResult:
+async def run_load(
+    url: str, concurrency: int, work: Workload, probe: Callable[[], dict[str, Any]] | None = None
+) -> LoadResult:
     """Drive ``concurrency`` closed-loop clients; in-flight requests at the window's end are cancelled (the
-    server aborts them and frees their KV)."""
+    server aborts them and frees their KV). ``probe`` is read beside ``/metrics`` at both ends of the window."""
+    read = probe or dict
     records: list[RequestRecord] = []
     start = time.perf_counter()
     win_end = start + work.warmup_s + work.window_s
@@ -101,9 +109,9 @@ async def run_load(url: str, concurrency: int, work: Workload) -> LoadResult:
     async with httpx.AsyncClient(base_url=url, timeout=600.0, limits=limits) as client:
         tasks = [asyncio.create_task(_client_loop(client, k, work, win_end, records)) for k in range(concurrency)]
         await asyncio.sleep(work.warmup_s)
-        before, win_start = await _metrics(client), time.perf_counter()
+        before, probe_before, win_start = await _metrics(client), read(), time.perf_counter()
         await asyncio.sleep(max(0.0, win_end - time.perf_counter()))
-        after, win_end = await _metrics(client), time.perf_counter()
+        after, probe_after, win_end = await _metrics(client), read(), time.perf_counter()
         for t in tasks:
             t.cancel()
         results = await asyncio.gather(*tasks, return_exceptions=True)
@@ -112,6 +120,7 @@ async def run_load(url: str, concurrency: int, work: Workload) -> LoadResult:
             raise r
     result = summarize(records, concurrency, win_start, win_end)
     result.metrics_before, result.metrics_after = before, after
+    result.probe_before, result.probe_after = probe_before, probe_after
     result.throughput_tok_s = committed_tokens(after, before) / result.window_s
     return result
 

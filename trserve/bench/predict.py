@@ -11,14 +11,17 @@ points of the same runs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
 from trcore.errors import ConfigError
 from trcore.throughput import OptimizeResult, ThroughputModel
 from trserve.bench.client import metric_delta
+from trserve.config import EmulatedConfig
+from trserve.engine.emulated import EmulatedLatency
 from trserve.paths import calibration_dir
 from trsim.baselines import apply_baseline
 from trsim.build import markov_config
@@ -129,6 +132,27 @@ def per_token_prediction(
     except ConfigError:
         return None
     return float(result.throughput_tok_s)
+
+
+def emulated_per_token_prediction(P: Matrix, C: Matrix, tables: Tables, concurrency: int, tokens: int) -> float:
+    """Simulated per-token throughput on emulated engines: their steps cost the table's latency whatever is fed
+    (the emulated per-token engine charges no recompute), so the simulator's recompute is priced at zero; its
+    re-admission and client round-trip costs are the simulator's defaults."""
+    latency = [TableModel(list(range(1, len(t) + 1)), list(t)) for t in tables]
+    config = markov_config(P, C, latency, [1] * len(tables), concurrency=concurrency, workload="endless", seed=0)
+    config = replace(config, per_token=PerTokenConfig(recompute_s_per_token=0.0))
+    result = simulate(apply_baseline(config, "per-token"), tokens=tokens, warmup_tokens=tokens // 10)
+    return float(result.throughput_tok_s)
+
+
+def emulated_tables(base: Mapping[str, Any], names: Sequence[str], max_batch: int) -> list[list[float]] | None:
+    """Mean step latency by batch size of the named models of a ``backend: emulated`` config (the latencies the
+    engines are given, so predictions from them are out-of-sample by construction); None for other backends."""
+    if base.get("backend") != "emulated":
+        return None
+    by_name = {m["name"]: m for m in base["models"]}
+    return [EmulatedLatency.from_config(EmulatedConfig.model_validate(by_name[n]["emulated"])).table(max_batch)
+            for n in names]  # fmt: skip
 
 
 def line_table(line: tuple[float, float], max_batch: int) -> list[float]:

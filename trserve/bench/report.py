@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from trserve.bench import cpu
+
 BASELINES = ("lockstep", "per-token", "llm-only")
 
 
@@ -48,7 +50,18 @@ def run_item(cell: Any) -> dict[str, Any]:
         "busy_fraction": [statistics.mean(s[m].step_seconds / x.window_s for s, x in zip(cell.stats, cell.loads,
                                                                                           strict=True))
                           for m in range(num_models)],
+        "cpu": cpu_item(cell),
     }  # fmt: skip
+
+
+def cpu_item(cell: Any) -> dict[str, Any] | None:
+    """CPU per committed token (server processes, load generator) and emulated vs measured step times."""
+    loads = [x for x in cell.loads if x.probe_before and x.probe_after]
+    if not loads:
+        return None
+    windows = [cpu.window_cpu(x.probe_before, x.probe_after, x.metrics_before, x.metrics_after, x.num_finished)
+               for x in loads]  # fmt: skip
+    return cpu.cell_summary(windows, [cpu.emulation_accuracy(x.metrics_before, x.metrics_after) for x in loads])
 
 
 def lookup(runs: Sequence[dict[str, Any]], system: str, router: str, n: int) -> dict[str, Any] | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from trserve.bench import predict
+from trserve.bench import cpu, predict
 from trserve.bench.client import LoadResult, Workload, run_load
 from trserve.bench.direct import run_direct_process
 from trserve.bench.predict import StepStats
@@ -118,11 +118,17 @@ class BenchRunner:
         self.display.starting(system, router)
         try:
             server.start(timeout_s=900)
+            assert server.process is not None
+            pid = server.process.pid
+
+            def probe() -> dict[str, Any]:
+                return cpu.snapshot(pid)
+
             for n in self.plan.concurrencies:
                 cell = Cell(system, router, n, thresholds=table.get(n) if table else None)
                 for rep in range(self.plan.repetitions):
                     self.display.running(cell, rep)
-                    load = asyncio.run(run_load(server.url, n, self.plan.workload))
+                    load = asyncio.run(run_load(server.url, n, self.plan.workload, probe))
                     cell.loads.append(load)
                     cell.stats.append(
                         predict.step_stats(load.metrics_after, load.metrics_before, self._model_names(system))
@@ -150,11 +156,17 @@ class BenchRunner:
             P, C, tables, source, optimized, {n: b for n, (b, _) in free.items()}, {n: g for n, (_, g) in free.items()}
         )
 
-    def _tables(self, cells: Sequence[Cell], names: list[str], profiles: bool) -> tuple[list[list[float]], str]:
-        """Latency tables: the calibration profiles (when ``profiles`` and all exist), else a line through the
-        cells' (mean batch, mean step) points; a model that never stepped falls back to its profile."""
+    def _tables(
+        self, cells: Sequence[Cell], names: list[str], profiles: bool, emulated: bool = True
+    ) -> tuple[list[list[float]], str]:
+        """Latency tables: an emulated config's own latencies (unless ``emulated`` is False), else the calibration
+        profiles (when ``profiles`` and all exist), else a line through the cells' (mean batch, mean step)
+        points; a model that never stepped falls back to its profile."""
 
         top = max(self.plan.concurrencies)
+        given = predict.emulated_tables(self.plan.base, names, top) if emulated else None
+        if given is not None:
+            return given, "emulated latencies (the config's)"
         found = [predict.profile_table(n, hardware_tag(), top) for n in names]
         if profiles and all(t is not None for t in found):
             return [t for t in found if t is not None], f"calibration profile ({hardware_tag()})"
@@ -197,13 +209,19 @@ class BenchRunner:
     def _predict_all_cores(self, cell: Cell) -> None:
         tag = f"{hardware_tag()}-allcores"
         top = max(self.plan.concurrencies)
-        found = [predict.profile_table(name, tag, top) for name in self._model_names(cell.system)]
+        found: list[list[float] | None] | None = predict.emulated_tables(
+            self.plan.base, self._model_names(cell.system), top
+        )
+        source = "emulated latencies (the config's)"
+        if found is None:
+            found = [predict.profile_table(name, tag, top) for name in self._model_names(cell.system)]
+            source = f"calibration profile ({tag})"
         P, C, thresholds = self._routing(cell)
         if cell.system == "lockstep" and cell.router not in self.routers:
             return
         if all(t is not None for t in found):
             tables = [t for t in found if t is not None]
-            cell.latency_source = f"calibration profile ({tag})"
+            cell.latency_source = source
             cell.predicted_model = predict.model_prediction(P, C, tables, cell.concurrency, thresholds)
             sim_baseline = "lockstep" if cell.system == "lockstep" else "tokenrouter"
             sim_b = [1] * len(tables) if cell.system == "lockstep" else thresholds
@@ -226,7 +244,7 @@ class BenchRunner:
         """The model fed this cell's own measured step times: what the runtime could reach if its engines stepped
         as they did here (separates scheduling and IPC loss from slower steps). In-sample: a diagnosis."""
         try:
-            own_tables, _ = self._tables([cell], self._model_names(cell.system), profiles=False)
+            own_tables, _ = self._tables([cell], self._model_names(cell.system), profiles=False, emulated=False)
         except ValueError:
             return
         cell.predicted_own_steps = predict.model_prediction(P, C, own_tables, cell.concurrency, thresholds)
@@ -235,6 +253,14 @@ class BenchRunner:
         """Per-token serving has no throughput model (every token is a new request): the simulator only, pricing
         the recompute with the profiles' extend term at the engines' block size, or "-" without profiles."""
         state = self.routers.get(cell.router)
+        emulated = predict.emulated_tables(self.plan.base, self._model_names(cell.system), max(self.plan.concurrencies))
+        if state is not None and emulated is not None:
+            cell.latency_source = "emulated latencies (the config's), no recompute"
+            cell.predicted_sim = predict.emulated_per_token_prediction(
+                state.P, state.C, emulated, cell.concurrency, self.plan.sim_tokens
+            )
+            self._diagnose(cell, *self._routing(cell))
+            return
         models = predict.profile_models(self._model_names(cell.system), hardware_tag())
         if state is None or models is None:
             cell.latency_source = "none: no extend-aware profile"

@@ -32,6 +32,9 @@ OPTIMIZED = ("tokenrouter", "tokenrouter-bstar", "tokenrouter-readmit")
 ROUTER_PARAMS: dict[str, dict[str, Any]] = {
     "rstitch": dict(LOCAL_PAIR_RSTITCH),
     "r2r": {},
+    #: A synthetic router (``P``, ``C``, ``seed``): its parameters come from the base config (e.g.
+    #: configs/emulated-r2r-a100.yaml), which must route with ``markov``.
+    "markov": {},
 }
 ThresholdTable = Mapping[int, Sequence[int]]
 

@@ -13,6 +13,8 @@ from trcore.errors import ConfigError
 from trcore.routing_stats import RoutingStats, estimate_routing_stats
 from trcore.throughput import ThroughputModel
 from trcore.traces import RequestTrace
+from trserve.config import ServeConfig
+from trserve.engine.emulated import EmulatedLatency
 from trsim.build import with_traces
 from trsim.config import SimConfig
 from trsim.driver import simulate
@@ -48,6 +50,18 @@ def load_calibration(profile_dir: str | Path, model_names: Sequence[str]) -> Cal
             raise ConfigError("profiles", f"{path} does not exist; run `tokenrouter calibrate` first")
         paths.append(str(path))
         models.append(latency_from_profile(load_profile(path)))
+    return Calibration(tuple(paths), tuple(models))
+
+
+def emulated_calibration(cfg: ServeConfig) -> Calibration:
+    """The latencies a ``backend: emulated`` config gives its engines, as the predictors' calibration (so the
+    comparison isolates scheduling and transport: the engines step exactly this long)."""
+    paths, models = [], []
+    for i, m in enumerate(cfg.models):
+        if m.emulated is None:
+            raise ConfigError(f"models.{i}.emulated", "required with backend: emulated")
+        paths.append(f"emulated: {m.emulated.model_dump(exclude_none=True)}")
+        models.append(EmulatedLatency.from_config(m.emulated).model)
     return Calibration(tuple(paths), tuple(models))
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from trcore.errors import ConfigError
 from trserve.config import ServeConfig
 from trserve.crossval.harness import ClientWorkload
-from trserve.engine.tokenizer import Tokenizer
+from trserve.engine.stand_in_tokenizer import load_tokenizer
 from trserve.paths import PROMPTS_DIR
 from trserve.runtime.runspec import resolve_model_path
 from trsim.lengths import LengthDist, lognormal
@@ -58,7 +58,8 @@ def make_workload(
     """The named workload as token ids of the entry model's tokenizer."""
     if name not in WORKLOADS:
         raise ConfigError("workload", f"unknown workload {name!r}; valid: {', '.join(WORKLOADS)}")
-    tokenizer = Tokenizer(resolve_model_path(cfg.models[cfg.entry_model].path))
+    path = cfg.models[cfg.entry_model].path
+    tokenizer = load_tokenizer(resolve_model_path(path) if path else None)  # none: an emulated model
     texts = prompt_texts()
     lengths: tuple[int, ...] = ()
     if name == "reasoning":

@@ -22,7 +22,7 @@ from trcore.errors import ConfigError
 from trserve.config import EmulatedConfig
 from trserve.engine.hash import HashEngine
 from trserve.engine.types import StepItem, TokenOut
-from trsim.latency import LatencyModel
+from trsim.latency import LatencyModel, TableModel
 from trsim.profile import latency_from_profile, load_profile
 
 #: The wait spins (instead of sleeping) for its last this-many seconds: ``time.sleep`` overshoots by ~0.1 ms.
@@ -32,38 +32,36 @@ TABLE_CONTEXT = 24
 
 
 class EmulatedLatency:
-    """Step latency (seconds) of one emulated model: by batch size from a table (the last entry beyond its end),
-    or from a profile's latency model; ``jitter`` is the relative half-width of a uniform draw around it."""
+    """Step latency (seconds) of one emulated model: a ``trsim`` latency model (a table by batch size for
+    ``latency_ms``, the nearest entry beyond its ends; a profile's fit otherwise) and ``jitter``, the relative
+    half-width of a uniform draw around it."""
 
-    def __init__(
-        self, table_s: Sequence[float] | None = None, model: LatencyModel | None = None, jitter: float = 0.0, seed=0
-    ) -> None:
-        if (table_s is None) == (model is None):
-            raise ValueError("EmulatedLatency needs exactly one of table_s and model")
-        self.table_s = list(table_s) if table_s is not None else None
+    def __init__(self, model: LatencyModel, jitter: float = 0.0, seed: int = 0) -> None:
         self.model = model
         self.jitter = jitter
         self.rng = random.Random(seed)
+
+    @classmethod
+    def by_batch_s(cls, *table_s: float) -> EmulatedLatency:
+        """Latency by batch size from 1 (seconds); the last value holds beyond the end."""
+        return cls(TableModel(list(range(1, len(table_s) + 1)), list(table_s)))
 
     @classmethod
     def from_config(cls, cfg: EmulatedConfig, seed: int = 0) -> EmulatedLatency:
         """The latency of ``cfg`` (``models[i].emulated``); an unreadable profile is a ConfigError."""
         if cfg.latency_ms is not None:
             values = cfg.latency_ms if isinstance(cfg.latency_ms, list) else [cfg.latency_ms]
-            return cls(table_s=[v / 1000.0 for v in values])
+            return cls.by_batch_s(*(v / 1000.0 for v in values))
         path = Path(str(cfg.profile)).expanduser()
         try:
             profile = load_profile(path)
         except (OSError, ValueError) as exc:
             raise ConfigError("emulated.profile", f"cannot read {path}: {str(exc).splitlines()[0]}") from None
         spread = float(((profile.calibration or {}).get("spread") or {}).get("median_spread") or 0.0)
-        return cls(model=latency_from_profile(profile), jitter=spread / 2 if cfg.jitter else 0.0, seed=seed)
+        return cls(latency_from_profile(profile), jitter=spread / 2 if cfg.jitter else 0.0, seed=seed)
 
     def mean_s(self, batch_size: int, context_tokens: int = 0, extend_tokens: int = 0) -> float:
         """The latency without jitter."""
-        if self.table_s is not None:
-            return self.table_s[min(batch_size, len(self.table_s)) - 1]
-        assert self.model is not None
         return max(0.0, float(self.model.predict(batch_size, context_tokens, extend_tokens)))
 
     def step_s(self, batch_size: int, context_tokens: int = 0, extend_tokens: int = 0) -> float:

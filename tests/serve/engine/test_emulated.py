@@ -53,7 +53,7 @@ def test_jitter_draws_from_the_profiles_spread_reproducibly():
 
 
 def test_emulated_engine_writes_the_hash_engines_tokens():
-    emulated, plain = EmulatedEngine(1, EmulatedLatency(table_s=[1e-4])), HashEngine(1)
+    emulated, plain = EmulatedEngine(1, EmulatedLatency.by_batch_s(1e-4)), HashEngine(1)
     feeds = [[StepItem("a", [5, 6, 7]), StepItem("b", [9])], [StepItem("a", [300]), StepItem("b", [301, 302])]]
     for items in feeds:
         assert emulated.step(items) == plain.step(items)
@@ -63,7 +63,7 @@ def test_emulated_engine_writes_the_hash_engines_tokens():
 
 def test_step_takes_the_emulated_latency_of_its_batch():
     """Accuracy is reported, not asserted (the machine is shared); the wait never ends before its deadline."""
-    engine = EmulatedEngine(0, EmulatedLatency(table_s=[0.002, 0.003]))
+    engine = EmulatedEngine(0, EmulatedLatency.by_batch_s(0.002, 0.003))
     errors = []
     for k in range(40):
         items = [StepItem(f"r{i}", [k]) for i in range(1 + k % 2)]
