@@ -1,0 +1,94 @@
+"""``backend: emulated`` through the whole server in every mode: the tokens equal the hash reference loop, and
+``/metrics`` reports the emulated step latency beside the measured one (accuracy is printed, not asserted)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import yaml
+
+from tests.serve.server.test_correctness import reference
+from trserve.bench.client import metric_values
+from trserve.engine.hash import hash_next
+from trserve.server.process import ServerProcess
+
+pytestmark = pytest.mark.serve
+
+MODES = ("routed", "lockstep", "per-token", "llm-only")
+LATENCY_MS = {"large": 3.0, "small": 1.5}
+PROMPTS = [[200 + 7 * k + i for i in range(5 + k)] for k in range(12)]
+MAX_TOKENS = 10
+
+
+def emulated_config(mode: str) -> dict:
+    models = [{"name": name, "emulated": {"latency_ms": ms}, "max_num_seqs": 16} for name, ms in LATENCY_MS.items()]
+    if mode == "llm-only":
+        models = models[:1]
+    return {
+        "mode": "routed" if mode == "llm-only" else mode,
+        "backend": "emulated",
+        "models": models,
+        "router": {"program": "schedule", "params": {"handoff_prob": 0.0, "seed": 0}},
+        "batching": {"thresholds": [1] * len(models), "max_wait_ms": 20.0},
+        "server": {"max_active_requests": 16},
+    }
+
+
+@pytest.fixture(scope="module", params=MODES)
+def emulated(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    path = tmp_path_factory.mktemp("emulated") / "serve.yaml"
+    path.write_text(yaml.safe_dump(emulated_config(request.param)))
+    process = ServerProcess(path)
+    try:
+        process.start(timeout_s=300)
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+    try:
+        yield request.param, process.url
+    finally:
+        process.stop()
+
+
+async def ask(url: str, prob: float) -> list[dict]:
+    async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+
+        async def one(k: int) -> dict:
+            body = {"model": "tokenrouter", "prompt": PROMPTS[k], "max_tokens": MAX_TOKENS, "temperature": 0,
+                    "ignore_eos": True, "return_token_ids": True,
+                    "routing_extra": {"handoff_prob": prob, "decision_key": f"k{k}"}}  # fmt: skip
+            response = await client.post("/v1/completions", json=body)
+            assert response.status_code == 200, response.text
+            return response.json()
+
+        return await asyncio.gather(*(one(k) for k in range(len(PROMPTS))))
+
+
+def test_every_mode_serves_the_hash_reference_tokens(emulated: tuple[str, str]):
+    mode, url = emulated
+    prob = 0.0 if mode == "llm-only" else 0.3
+    answers = asyncio.run(ask(url, prob))
+    for k, answer in enumerate(answers):
+        expected = reference(lambda m, seq: hash_next(m, seq).token_id, PROMPTS[k], f"k{k}", MAX_TOKENS, prob=prob)
+        assert answer["choices"][0]["token_ids"] == expected, (mode, k)
+
+
+def test_metrics_report_emulated_beside_measured_step_time(emulated: tuple[str, str]):
+    mode, url = emulated
+    if mode == "per-token":
+        pytest.skip("per-token serving sends no step reports (each token is a request of its own)")
+    asyncio.run(ask(url, 0.0))
+    text = httpx.get(url + "/metrics").text
+    steps = metric_values(text, "tokenrouter_steps_total")
+    measured = metric_values(text, "tokenrouter_step_seconds_sum")
+    given = metric_values(text, "tokenrouter_emulated_step_seconds_total")
+    errors = metric_values(text, "tokenrouter_emulated_step_error_seconds_count")
+    assert steps and set(given) == set(steps) and errors == steps
+    for model, count in steps.items():
+        assert given[model] == pytest.approx(count * LATENCY_MS[model] / 1000)
+        assert measured[model] >= given[model]  # a wait never ends before its deadline
+        mean_error_us = (measured[model] - given[model]) / count * 1e6
+        print(f"{mode} {model}: {count:.0f} steps of {LATENCY_MS[model]} ms, mean error {mean_error_us:.0f} us")
+    assert "tokenrouter_emulated_wait_cpu_seconds_total" in text
