@@ -166,13 +166,13 @@ class FrontEnd:
         if gen is None:
             return
         if gen.is_dispatched:
-            self.broadcast(Abort(request_id))
+            self.broadcast(Abort(request_id, gen.incarnation))
         self._end(gen, ("done", reason), "aborted" if reason == "aborted" else "finished")
 
     def fail(self, gen: Generation, failure: Failure, outcome: str = "failed") -> None:
         """End one request with an error (the HTTP layer answers ``failure.status``) and drop it everywhere."""
         if gen.is_dispatched:
-            self.broadcast(Abort(gen.request_id))
+            self.broadcast(Abort(gen.request_id, gen.incarnation))
         self._end(gen, ("error", failure), outcome)
 
     def fail_all(self, message: str) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from trcore import CLIENT, PeerReq, RequestSpec
+from trserve.runtime.messages import INCARNATION
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ class Generation:
     base: int = 0
     #: The latest resume point: ``(model, num_output, routing extra)`` (see ``StepReport.routes``).
     route: tuple[int, int, dict[str, Any]] | None = None
+    #: How many times it was resumed (subservers tell its incarnations apart by it).
+    incarnation: int = 0
     _early: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     @property
@@ -90,7 +93,7 @@ class Generation:
         """The next incarnation after a crash: the same request id, the committed output appended to the prompt,
         the budget reduced by it, on the model (and with the routing state) of the latest resume point."""
         n = len(self.output)
-        self.base, self._early = n, {}
+        self.base, self._early, self.incarnation = n, {}, self.incarnation + 1
         spec = replace(
             self.spec,
             num_prompt_tokens=len(self.prompt_token_ids) + n,
@@ -98,5 +101,6 @@ class Generation:
             min_tokens=max(0, self.spec.min_tokens - n),
         )
         model, extra = (entry, dict(self.extra)) if self.route is None else (self.route[0], dict(self.route[2]))
+        extra[INCARNATION] = self.incarnation
         ids = (*self.prompt_token_ids, *self.output)
         return model, PeerReq(self.request_id, 0, ids, (0,) * num_models, CLIENT, spec=spec, extra=extra)

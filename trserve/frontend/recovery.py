@@ -46,7 +46,7 @@ class Recovery:
         fe.restarting.add(proc)
         for gen in fe.generations.values():
             if gen.is_dispatched and not gen.is_suspended:
-                fe.broadcast(Abort(gen.request_id))
+                fe.broadcast(Abort(gen.request_id, gen.incarnation))
                 gen.is_suspended = True
 
     def model_up(self, proc: int) -> None:

@@ -7,7 +7,6 @@ mailbox without waiting for the peer, so this model goes straight on with its ot
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import time
@@ -17,8 +16,18 @@ from typing import Any, Protocol
 
 from trcore import CLIENT, Batch, PeerReq, Request, StepResult, Subserver
 from trserve.engine.types import Engine, EngineStepError, StepItem, TokenOut
-from trserve.runtime.messages import Abort, Failed, Finished, Probe, Rewire, Shutdown, State, StepReport
-from trserve.runtime.reports import committed_tokens, finished_message, resume_points
+from trserve.runtime.messages import (
+    Abort,
+    Failed,
+    Finished,
+    Probe,
+    Rewire,
+    Shutdown,
+    State,
+    StepReport,
+    incarnation_of,
+)
+from trserve.runtime.reports import committed_tokens, finished_message, python_objects, resume_points, rss_bytes
 from trserve.runtime.transport import FRONTEND
 
 log = logging.getLogger(__name__)
@@ -69,7 +78,7 @@ class SubserverLoop:
         self.idle_poll_s = idle_poll_s
         self.stats = LoopStats()
         self.is_stopping = False
-        self._tombstones: dict[str, float] = {}
+        self._tombstones: dict[str, tuple[float, int]] = {}  # request id -> (when, incarnation) aborted
         self._parent = os.getppid()
 
     @property
@@ -112,7 +121,7 @@ class SubserverLoop:
         if isinstance(msg, PeerReq):
             self._receive(msg)
         elif isinstance(msg, Abort):
-            self._forget(msg.request_id)
+            self._forget(msg.request_id, msg.incarnation)
         elif isinstance(msg, Probe):
             self.mailbox.send(FRONTEND, self.state(msg.token, msg.detail))
         elif isinstance(msg, Rewire):
@@ -123,35 +132,34 @@ class SubserverLoop:
             log.error("model %d: unknown message %r", self.model, type(msg).__name__)
 
     def _receive(self, msg: PeerReq) -> None:
-        rid = msg.request_id
-        if msg.origin == CLIENT and msg.spec is not None:
-            self._renew(rid)
-        elif rid in self._tombstones:
-            return  # aborted while this hand-off was in flight
-        if msg.is_finished:
+        rid, incarnation = msg.request_id, incarnation_of(msg.extra)
+        if msg.is_finished:  # released by the model that finished it (a release carries no routing extra)
             self._forget(rid)
             return
+        tombstone = self._tombstones.get(rid)
+        if tombstone is not None and incarnation <= tombstone[1]:
+            return  # aborted while this hand-off was in flight
+        held = self.sub.requests.get(rid)
+        if held is not None and incarnation > incarnation_of(held.extra):
+            self._forget(rid)  # a request resumed after a crash: what this model held of it is stale
         if msg.spec is None and rid not in self.sub.requests:
             # Addressed to a previous incarnation of this model (it restarted); the front end resumes the request.
             log.warning("model %d: dropping hand-off for unknown request %s", self.model, rid)
             return
         self.sub.receive(msg, self.clock())
 
-    def _renew(self, request_id: str) -> None:
-        """The front end (re)starts a request (a resume after a crash reuses its id): whatever this model still
-        holds of an earlier incarnation is stale."""
-        if request_id in self.sub.requests:
-            self._forget(request_id)
-        self._tombstones.pop(request_id, None)
-
-    def _forget(self, request_id: str) -> None:
-        """Release a request here (finished elsewhere or aborted) and free its KV in the engine."""
+    def _forget(self, request_id: str, incarnation: int | None = None) -> None:
+        """Release a request here (finished elsewhere or aborted) and free its KV in the engine; later hand-offs of
+        ``incarnation`` (at least the one held here) or earlier are dropped."""
+        held = self.sub.requests.get(request_id)
+        incarnation = max(incarnation or 0, incarnation_of(held.extra) if held is not None else 0)
         self.sub.abort(request_id)
         self.engine.release(request_id)
         now = self.clock()
-        self._tombstones[request_id] = now
+        _, before = self._tombstones.get(request_id, (now, 0))
+        self._tombstones[request_id] = (now, max(incarnation, before))
         if len(self._tombstones) > 4096:
-            self._tombstones = {r: t for r, t in self._tombstones.items() if now - t < TOMBSTONE_S}
+            self._tombstones = {r: t for r, t in self._tombstones.items() if now - t[0] < TOMBSTONE_S}
 
     # -- one step ---------------------------------------------------------------------------------------------
 
@@ -271,23 +279,3 @@ def emulated_fields(engine: Engine) -> dict[str, Any]:
 
 def unseen_tokens(req: Request, model: int) -> list[int]:
     return req.token_ids[req.anchors[model] :]
-
-
-def python_objects() -> int:
-    """Live objects the garbage collector tracks, after a collection (a leak of Python objects shows here)."""
-    import gc
-
-    gc.collect()
-    return len(gc.get_objects())
-
-
-def rss_bytes() -> int:
-    """Resident memory of this process and its children (an engine core may run in a child)."""
-    import psutil
-
-    me = psutil.Process()
-    total = me.memory_info().rss
-    for child in me.children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            total += child.memory_info().rss
-    return int(total)

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+#: Routing-extra key that numbers a request's incarnations: 0 as admitted, one more at each resume after a crash.
+#: Subservers drop hand-offs of an incarnation they were told to abort, and accept a later one.
+INCARNATION = "trserve_incarnation"
+
+
+def incarnation_of(extra: Mapping[str, Any]) -> int:
+    return int(extra.get(INCARNATION, 0))
 
 
 @dataclass(frozen=True)
 class Abort:
-    """Forget a request on this model and free its KV (client gone, stop string hit, a peer failed)."""
+    """Forget a request on this model and free its KV (client gone, stop string hit, a peer failed); hand-offs of
+    this ``incarnation`` or an earlier one that arrive later are dropped."""
 
     request_id: str
+    incarnation: int = 0
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
-"""What a subserver's step tells the front end: the tokens it committed, the requests it finished, and where each
-live request goes on (the front end's resume points after a crash)."""
+"""What a subserver tells the front end: per step, the tokens it committed, the requests it finished and where each
+live request goes on (the front end's resume points after a crash); per probe, its memory."""
 
 from __future__ import annotations
+
+import contextlib
 
 from trcore import CLIENT, Batch, PeerReq
 from trserve.runtime.messages import Finished, Route
@@ -34,3 +36,23 @@ def finished_message(msg: PeerReq, batch: Batch) -> Finished:
     last = req.token_ids[-1] if req.num_output_tokens else None
     reason = "stop" if last is not None and last in req.spec.stop_token_ids else "length"
     return Finished(msg.request_id, tuple(msg.token_ids), reason)
+
+
+def python_objects() -> int:
+    """Live objects the garbage collector tracks, after a collection (a leak of Python objects shows here)."""
+    import gc
+
+    gc.collect()
+    return len(gc.get_objects())
+
+
+def rss_bytes() -> int:
+    """Resident memory of this process and its children (an engine core may run in a child)."""
+    import psutil
+
+    me = psutil.Process()
+    total = me.memory_info().rss
+    for child in me.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            total += child.memory_info().rss
+    return int(total)

@@ -5,15 +5,20 @@ where it was (same id, committed output as prompt, the routing state of its last
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
-from trcore import PeerReq, RequestSpec
+from tests.serve.runtime.test_loop import reference
+from trcore import BatchingPolicy, PeerReq, RequestSpec, Subserver
+from trcore.programs.schedule import ScheduleProgram
+from trserve.engine.hash import HashEngine
 from trserve.frontend.book import FrontEnd
 from trserve.frontend.generation import Generation
 from trserve.frontend.metrics import Metrics
 from trserve.frontend.recovery import Recovery
 from trserve.frontend.streaming import GenerationFailed
-from trserve.runtime.messages import Abort, Failed, Finished, StepReport
+from trserve.runtime.loop import SubserverLoop
+from trserve.runtime.messages import Abort, Failed, Finished, Rewire, StepReport
 from trserve.runtime.transport import FRONTEND, ActiveCounter, Endpoints, Mailbox
 
 
@@ -152,3 +157,61 @@ def test_without_a_restart_every_request_fails_with_503(tmp_path):
         b.close()
 
     asyncio.run(scenario())
+
+
+class Model:
+    """One subserver loop on the hash engine, in this process (``generation``: its incarnation)."""
+
+    def __init__(self, ep: Endpoints, model: int, generation: int = 0) -> None:
+        ep = ep.with_generation(model, generation)
+        book = ep.address_book()
+        self.address = book[model]
+        sub = Subserver(ScheduleProgram(model, 2), BatchingPolicy(threshold=1, max_wait_s=0.001))
+        self.mailbox = Mailbox(self.address, {k: v for k, v in book.items() if k != model})
+        self.loop = SubserverLoop(sub, HashEngine(model), self.mailbox, idle_poll_s=0.0)
+
+
+def test_killed_model_resumes_every_request_with_the_uninterrupted_tokens(tmp_path):
+    """Two loops and a front end in one process; model 0 "dies" (its loop and inbox vanish) mid-way and comes back
+    as a new incarnation: every request completes with exactly the tokens of the schedule program's reference."""
+
+    async def scenario() -> dict[str, list[int]]:
+        ep = Endpoints(str(tmp_path), 2)
+        models = [Model(ep, 0), Model(ep, 1)]
+        metrics = Metrics(["large", "small"])
+        active = ActiveCounter(ep.active_file, writable=True)
+        fe = FrontEnd(ep.frontend, {m: ep.inbox(m) for m in range(2)}, 0, 2, active, metrics, 16, 16)
+        recovery = Recovery(fe, metrics, stall_timeout_s=None)
+        fe.start()
+        gens = {f"r{i}": fe.submit(RequestSpec(f"r{i}", 3, 30), [300 + i, 400, 500 + i], {"handoff_prob": 0.4})
+                for i in range(8)}  # fmt: skip
+
+        async def run_until(done: Any) -> None:
+            deadline = time.monotonic() + 30
+            while not done():
+                assert time.monotonic() < deadline, {rid: len(g.output) for rid, g in gens.items()}
+                for m in models:
+                    m.loop.run_once()
+                await asyncio.sleep(0.001)
+
+        await run_until(lambda: all(len(g.output) >= 5 for g in gens.values()))
+        models[0].mailbox.close()  # model 0 dies with whatever it held
+        recovery.model_down(0, "'large' exited unexpectedly and is restarting", restarting=True)
+        for _ in range(20):
+            models[1].loop.run_once()
+            await asyncio.sleep(0.001)
+        models[0] = Model(ep, 0, generation=1)
+        fe.connect(0, models[0].address)
+        fe.send(1, Rewire(0, models[0].address))
+        recovery.model_up(0)
+        await run_until(lambda: all(g.is_done for g in gens.values()))
+        await run_until(lambda: not any(m.loop.sub.requests for m in models))  # every release arrived
+        await fe.close()
+        for m in models:
+            m.mailbox.close()
+        assert all(drain(g)[-1] == ("done", "length") for g in gens.values())
+        return {rid: g.output for rid, g in gens.items()}
+
+    outputs = asyncio.run(scenario())
+    for i in range(8):
+        assert outputs[f"r{i}"] == reference([300 + i, 400, 500 + i], f"r{i}", [], 0.4, 30), i
