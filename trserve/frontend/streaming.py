@@ -13,6 +13,9 @@ from trserve.frontend.book import FrontEnd
 from trserve.frontend.generation import Failure, Generation
 from trserve.frontend.text import TextStream
 
+#: The OpenAI error ``type`` of each status a failed generation answers.
+ERROR_KINDS = {500: "internal_error", 503: "service_unavailable", 504: "timeout"}
+
 
 class GenerationFailed(Exception):
     """The request could not finish: ``status`` 503 (a model process died or failed), 504 (it stalled) or 500 (the
@@ -21,6 +24,8 @@ class GenerationFailed(Exception):
     def __init__(self, failure: Failure | str) -> None:
         super().__init__(str(failure))
         self.status = failure.status if isinstance(failure, Failure) else 503
+        #: The OpenAI error ``type`` that goes with the status.
+        self.kind = ERROR_KINDS.get(self.status, "error")
 
 
 class ClientGone(Exception):
