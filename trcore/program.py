@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, TypeVar
 
 from trcore.errors import ConfigError
@@ -31,6 +31,12 @@ class RoutingProgram:
             raise ConfigError("model", f"index {model} outside 0..{num_models - 1}")
         self.model = model
         self.num_models = num_models
+
+    @classmethod
+    def check_extra(cls, extra: Mapping[str, Any], num_models: int) -> None:
+        """Raise ValueError (naming the key) when a request's ``extra`` (HTTP ``routing_extra``) is not
+        usable by this program; front ends call it at admission, so a bad value never reaches a model. The
+        default accepts anything: a program that reads ``extra`` overrides it."""
 
     def route(self, step: StepResult) -> Routing:
         """For every request of the step: the model that continues it, and whether its token is kept."""

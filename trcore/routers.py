@@ -25,10 +25,25 @@ def validate_matrix(name: str, matrix: Sequence[Sequence[float]], size: int, *, 
             raise ConfigError(name, f"row {i} sums to {sum(row):.12g}, must sum to 1")
 
 
+def validate_keep_matrix(C: Sequence[Sequence[float]], size: int, name: str = "C") -> None:
+    """Check ``C`` as the simulator, the routers and the throughput model all read it: ``C[i][j]`` is the
+    chance that the token of a step on ``i`` followed by a move to ``j`` is kept, so it lies in [0, 1]. A value
+    above 1 (more than one committed token per step) is refused rather than clamped, by every tool alike."""
+    validate_matrix(name, C, size, stochastic=False)
+    for i, row in enumerate(C):
+        for j, x in enumerate(row):
+            if x > 1.0:
+                raise ConfigError(
+                    name,
+                    f"C[{i}][{j}] = {x:g} exceeds 1; C is the chance a step's token is kept (at most one committed "
+                    "token per step), so every entry must lie in [0, 1]",
+                )
+
+
 @register_program("markov")
 class MarkovRouter(RoutingProgram):
     """After each step on model i, the request goes to model j with probability ``P[i][j]``, independently
-    of everything else; the token is kept with probability ``min(C[i][j], 1)`` (C as in the throughput
+    of everything else; the token is kept with probability ``C[i][j]`` (in [0, 1]; C as in the throughput
     model: expected committed tokens of that transition). ``rng`` is a ``random.Random``; pass ``seed``
     instead to make one."""
 
@@ -44,12 +59,12 @@ class MarkovRouter(RoutingProgram):
         super().__init__(model, num_models)
         validate_matrix("P", P, num_models, stochastic=True)
         C = C if C is not None else [[1.0] * num_models for _ in range(num_models)]
-        validate_matrix("C", C, num_models, stochastic=False)
+        validate_keep_matrix(C, num_models)
         self.rng = rng if rng is not None else random.Random(seed)
         row = P[model]
         self._targets = [j for j in range(num_models) if row[j] > 0]
         self._cum = _cumulative([row[j] for j in self._targets])
-        self._keep_prob = [min(float(C[model][j]), 1.0) for j in range(num_models)]
+        self._keep_prob = [float(C[model][j]) for j in range(num_models)]
         self._always_kept = all(self._keep_prob[j] >= 1.0 for j in self._targets)
 
     def route(self, step: StepResult) -> Routing:

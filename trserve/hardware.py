@@ -1,14 +1,22 @@
 """Which machine this is, as the name of its calibration profile folder (``calibration/profiles/<tag>/``).
 
 A GPU machine is named after its first visible GPU (``NVIDIA H200`` -> ``h200``), read from ``nvidia-smi`` so
-that no CUDA library is imported; a CPU machine is ``cpu-<n>core``.
+that no CUDA library is imported; a CPU machine is ``cpu-<n>core``. The folder name alone does not say which CPU
+model measured a profile, so every profile records its hardware (``machine.cpu_model`` or ``machine.accelerator``)
+and :func:`check_profile_hardware` refuses one measured on other hardware than this machine's.
 """
 
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from trcore.errors import ConfigError
 
 VENDOR_WORDS = {"nvidia", "geforce", "tesla", "amd", "radeon"}
 
@@ -40,3 +48,28 @@ def local_gpu_name() -> str | None:
 def hardware_tag() -> str:
     """This machine's profile folder name."""
     return tag_for(local_gpu_name())
+
+
+def cpu_model() -> str:
+    """This machine's CPU model (``/proc/cpuinfo`` "model name"; elsewhere what ``platform`` says)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def check_profile_hardware(machine: Mapping[str, Any], path: str | Path) -> None:
+    """Refuse a calibration profile measured on other hardware: its ``machine`` block must name this machine's
+    GPU (``accelerator``) or, without a GPU, this machine's CPU model (``cpu_model``). The error names both."""
+    gpu = local_gpu_name()
+    key, here = ("accelerator", gpu) if gpu else ("cpu_model", cpu_model())
+    recorded = machine.get(key)
+    if recorded != here:
+        raise ConfigError(
+            "calibration",
+            f"{path} was measured on {recorded or f'hardware it does not record ({key} missing)'}, but this machine "
+            f"is {here}; calibrate this machine (`tokenrouter calibrate`) instead of reusing another's profile",
+        )

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trcore import PROGRAMS, ConfigError, PeerReq, Request, Routing, RoutingProgram, StepResult, register_program
-from trcore.routers import validate_matrix
+from trcore.routers import validate_keep_matrix, validate_matrix
 
 
 class _MatrixRouter(RoutingProgram):
@@ -31,8 +31,8 @@ class _MatrixRouter(RoutingProgram):
     ) -> None:
         super().__init__(model, num_models)
         C = C if C is not None else [[1.0] * num_models for _ in range(num_models)]
-        validate_matrix("C", C, num_models, stochastic=False)
-        self.keep_prob = [min(float(c), 1.0) for c in C[model]]
+        validate_keep_matrix(C, num_models)
+        self.keep_prob = [float(c) for c in C[model]]
         self.rng = rng if rng is not None else random.Random(seed)
         self._extras: dict[str, dict[str, Any]] = {}
 

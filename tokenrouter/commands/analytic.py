@@ -18,6 +18,7 @@ import typer
 from tokenrouter import options as opt
 from tokenrouter.errors import cli_errors
 from trcore.errors import ConfigError, NotIrreducibleError
+from trcore.routers import validate_keep_matrix
 
 if TYPE_CHECKING:
     from trcore.throughput import OptimizeResult, ThroughputModel, ThroughputResult
@@ -123,6 +124,7 @@ def _model(
     if caps is not None and len(caps) != num_models:
         raise ConfigError("--max-batch", f"needs {num_models} values (one per model), got {len(caps)}")
     with _named_fields():
+        validate_keep_matrix(c, num_models)  # the simulator cannot run C > 1: both tools refuse it alike
         model = ThroughputModel(p, c, latency, quantum_s=quantum / 1000, max_batch=caps, sampling=SamplingConfig(seed))
     return model, num_requests
 

@@ -13,7 +13,8 @@ def _load(config: Path | None, host: str | None, port: int | None):  # type: ign
     from trserve.config import ServeConfig, load_config
     from trserve.server.defaults import default_config
 
-    cfg: ServeConfig = load_config(config) if config is not None else default_config()
+    say = lambda line: typer.echo(line, err=True)  # noqa: E731  (stderr: --print-config's YAML stays clean)
+    cfg: ServeConfig = load_config(config) if config is not None else default_config(report=say)
     overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
     if overrides:
         server = cfg.server.model_copy(update=overrides)

@@ -25,7 +25,7 @@ def _flag_config(
     """The system the flags describe, as `tokenrouter throughput` reads them: Markov routing; per model a
     constant latency or a list by batch size - 1 (larger batches use the last entry)."""
     from tokenrouter.commands.analytic import parse_latency_spec
-    from trcore.routers import validate_matrix
+    from trcore.routers import validate_keep_matrix, validate_matrix
     from trsim.build import markov_config
     from trsim.latency import ConstantModel, LatencyModel, TableModel
 
@@ -33,7 +33,7 @@ def _flag_config(
     c = opt.parse_matrix(C or opt.DEFAULT_C, "--C")
     num_models = opt.check_same_size([p, c], ["--P", "--C"])
     validate_matrix("--P", p, num_models, stochastic=True)
-    validate_matrix("--C", c, num_models, stochastic=False)
+    validate_keep_matrix(c, num_models, name="--C")  # as `tokenrouter throughput` does
     entries = parse_latency_spec(latency_ms or opt.DEFAULT_LATENCY_MS, num_models, quantum_ms or 1e-6)
     latency: list[LatencyModel] = [
         TableModel(list(range(1, len(e) + 1)), e) if isinstance(e, list) else ConstantModel(e) for e in entries

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import random
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from trcore.errors import ConfigError
 from trcore.program import RoutingProgram, register_program
@@ -36,6 +37,26 @@ class ScheduleProgram(RoutingProgram):
         self.handoff_prob = handoff_prob
         self.seed = seed
         self._requests: dict[str, Request] = {}
+
+    @classmethod
+    def check_extra(cls, extra: Mapping[str, Any], num_models: int) -> None:
+        """``schedule``: pairs ``[destination in 0..num_models-1, kept (bool)]``; ``handoff_prob`` in [0, 1];
+        ``decision_key`` a string or integer; ``schedule_step`` is this program's own and may not be sent."""
+        if STEP_KEY in extra:
+            raise ValueError(f"{STEP_KEY} is kept by the schedule program itself and may not be sent")
+        if not isinstance(extra.get("schedule") or [], list):
+            raise ValueError("schedule: must be a list of [destination, kept] pairs")
+        for pair in extra.get("schedule") or ():
+            if not (isinstance(pair, list | tuple) and len(pair) == 2 and _is_int(pair[0])):
+                raise ValueError(f"schedule: each entry must be [destination, kept], got {pair!r}")
+            if not 0 <= pair[0] < num_models or not isinstance(pair[1], bool):
+                raise ValueError(f"schedule: destination must be in 0..{num_models - 1} and kept a bool, got {pair!r}")
+        prob = extra.get("handoff_prob", 0.0)
+        if not (isinstance(prob, int | float) and not isinstance(prob, bool) and 0.0 <= prob <= 1.0):
+            raise ValueError(f"handoff_prob: must be a number in [0, 1], got {prob!r}")
+        key = extra.get("decision_key", "")
+        if not isinstance(key, str) and not _is_int(key):
+            raise ValueError(f"decision_key: must be a string or an integer, got {key!r}")
 
     def receive(self, request: Request, peer_req: PeerReq) -> None:
         super().receive(request, peer_req)
@@ -58,6 +79,10 @@ class ScheduleProgram(RoutingProgram):
         prob = float(request.extra.get("handoff_prob", self.handoff_prob))
         key = str(request.extra.get("decision_key", request.request_id))
         return random_decision(self.seed, key, index, self.model, self.num_models, prob), True
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def random_decision(seed: int, request_id: str, index: int, model: int, num_models: int, prob: float) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ from trcore.throughput import OptimizeResult, ThroughputModel
 from trserve.bench.client import metric_delta
 from trserve.config import EmulatedConfig
 from trserve.engine.emulated import EmulatedLatency
+from trserve.hardware import check_profile_hardware
 from trserve.paths import calibration_dir
 from trsim.baselines import apply_baseline
 from trsim.build import markov_config
@@ -36,6 +38,8 @@ Tables = Sequence[Sequence[float]]
 BENCH_CONTEXT = 24
 #: Time grid of the throughput model: 2 ms keeps N = 16 solvable in seconds (latencies here are 25-85 ms).
 QUANTUM_S = 2e-3
+#: Predictions estimate routing statistics for at most this many models (see :func:`check_num_models`).
+MAX_PREDICTED_MODELS = 2
 
 
 @dataclass(frozen=True)
@@ -65,9 +69,21 @@ def step_stats(after: str, before: str, names: Sequence[str]) -> list[StepStats]
     return [StepStats(*(d.get(n, 0.0) for d in deltas)) for n in names]
 
 
+def check_num_models(num_models: int) -> None:
+    """Predictions estimate P and C for one model or a pair (each model's only peer is the other one); refuse
+    more models rather than predict them wrongly."""
+    if num_models > MAX_PREDICTED_MODELS:
+        raise ConfigError(
+            "models",
+            f"bench predictions support at most {MAX_PREDICTED_MODELS} models (P and C are estimated for a pair), "
+            f"but the config has {num_models}; bench a two-model config",
+        )
+
+
 def routing_matrices(stats: Sequence[StepStats]) -> tuple[list[list[float]], list[list[float]]]:
     """P and C of a two-model (or one-model) system from pooled counters."""
     m = len(stats)
+    check_num_models(m)
     if m == 1:
         return [[1.0]], [[1.0]]
     P = [[0.0] * m for _ in range(m)]
@@ -101,9 +117,16 @@ def profile_table(model_name: str, tag: str, max_batch: int, extend: float = 0.0
     for base in (calibration_dir("profiles", tag), calibration_dir(tag)):
         path = base / f"{model_name}.json"
         if path.is_file():
-            model = latency_from_profile(load_profile(path))
+            model = latency_from_profile(checked_profile(path))
             return [float(model.predict(b, b * BENCH_CONTEXT, round(b * extend))) for b in range(1, max_batch + 1)]
     return None
+
+
+def checked_profile(path: Path) -> Any:
+    """The profile at ``path``, refused when it was measured on other hardware than this machine's."""
+    profile = load_profile(path)
+    check_profile_hardware(profile.machine.model_dump(), path)
+    return profile
 
 
 def profile_models(model_names: Sequence[str], tag: str) -> list[LatencyModel] | None:
@@ -115,7 +138,7 @@ def profile_models(model_names: Sequence[str], tag: str) -> list[LatencyModel] |
                      if (b / f"{name}.json").is_file()), None)  # fmt: skip
         if path is None:
             return None
-        models.append(latency_from_profile(load_profile(path)))
+        models.append(latency_from_profile(checked_profile(path)))
     return models
 
 

@@ -76,6 +76,7 @@ class BenchRunner:
     """Runs a :class:`BenchPlan`; ``display`` gets progress events (see ``trserve.bench.display``)."""
 
     def __init__(self, plan: BenchPlan, display: Any) -> None:
+        predict.check_num_models(len(plan.base["models"]))  # before any server starts, not after the b1 runs
         self.plan = plan
         self.display = display
         self.cells: list[Cell] = []

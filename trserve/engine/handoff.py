@@ -45,7 +45,8 @@ class SessionHandoff:
             link.abort([res.engine_id])
             res.engine_id, res.in_engine = fresh_id, False
         tokens = new_tokens if res.in_engine else res.context + new_tokens
-        params = sampling_params(sampling, self.top_logprobs, res.engine_id)
+        num_tokens = len(res.context) + len(new_tokens)
+        params = sampling_params(sampling, self.top_logprobs, res.engine_id, num_tokens=num_tokens)
         link.add(res.engine_id, tokens, params, resumable=True)
         res.in_engine = True
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from trcore import PROGRAMS
 from trserve.config import ServeConfig
+
+log = logging.getLogger(__name__)
 
 #: R-Stitch's entropy thresholds (nats, exact entropy) for the local pair: the small model with its fitted head is
 #: uncertain (its entropy is often above 5 nats), so both thresholds sit high. Replaying rstitch with both engines
@@ -43,11 +47,22 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "server": {"host": "127.0.0.1", "port": 8000, "served_model_name": "tokenrouter"},
 }
 
+#: The router of the default config where ``rstitch`` is not registered (a trimmed installation).
+MARKOV_FALLBACK: dict[str, Any] = {"program": "markov", "params": {"P": [[0.8, 0.2], [0.5, 0.5]], "seed": 0}}
 
-def default_config() -> ServeConfig:
-    """The default config; falls back to the ``markov`` router where ``rstitch`` is not registered."""
 
+def default_config(report: Callable[[str], None] | None = None) -> ServeConfig:
+    """The default config. Its router is ``rstitch``; where that program is not registered it is ``markov``
+    (:data:`MARKOV_FALLBACK`). Either way one line to ``report`` (default: this module's log) says which router
+    was picked and why, so the switch is never silent."""
+    say = report or log.info
     data = dict(DEFAULT_CONFIG)
-    if "rstitch" not in PROGRAMS.names():
-        data["router"] = {"program": "markov", "params": {"P": [[0.8, 0.2], [0.5, 0.5]], "seed": 0}}
+    if "rstitch" in PROGRAMS.names():
+        say(f"default config: router rstitch {LOCAL_PAIR_RSTITCH} (entropy thresholds tuned for the local pair)")
+    else:
+        data["router"] = MARKOV_FALLBACK
+        say(
+            f"default config: router markov {MARKOV_FALLBACK['params']} instead of rstitch, because no program "
+            f"named rstitch is registered here (registered: {', '.join(PROGRAMS.names())})"
+        )
     return ServeConfig.model_validate(data)

@@ -20,7 +20,7 @@ from trcore.routing_stats import estimate_routing_stats
 from trcore.throughput import ThroughputModel
 from trcore.traces import trace_from_dict
 from trserve.config import ServeConfig
-from trserve.hardware import hardware_tag
+from trserve.hardware import check_profile_hardware, hardware_tag
 from trserve.paths import calibration_dir
 from trsim.profile import latency_from_profile
 from trsim.profile import load_profile as read_profile
@@ -68,7 +68,9 @@ def load_profile(cfg: ServeConfig, model: int) -> Any:
             f"({hardware_tag()}), but {path} does not exist; run `tokenrouter calibrate` first, or give the "
             "thresholds as a list",
         )
-    return read_profile(path)
+    profile = read_profile(path)
+    check_profile_hardware(profile.machine.model_dump(), path)
+    return profile
 
 
 def profile_latency(profile: Any, batch_size: int, context: int = TYPICAL_CONTEXT) -> float:
