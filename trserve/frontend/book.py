@@ -223,14 +223,14 @@ class FrontEnd:
         for rid, offset, tokens in report.tokens:
             gen = self.generations.get(rid)
             if gen is not None:
-                self._deliver(gen, gen.accept(offset, tokens), now)
+                self._deliver(gen, gen.accept(offset, tokens, report.model), now)
         for rid, model, num_output, extra in report.routes:
             gen = self.generations.get(rid)
             if gen is not None:
                 gen.note_route(model, num_output, extra)
                 gen.last_progress = now
         for done in report.finished:
-            self._on_finished(done, now)
+            self._on_finished(done, now, report.model)
         for failed in report.failed:
             self._on_failed(failed)
 
@@ -243,11 +243,11 @@ class FrontEnd:
             self.metrics.ttft_seconds.observe(now - gen.spec.arrival_time)
         gen.events.put_nowait(("tokens", tokens))
 
-    def _on_finished(self, done: Finished, now: float) -> None:
+    def _on_finished(self, done: Finished, now: float, model: int = -1) -> None:
         gen = self.generations.get(done.request_id)
         if gen is None:
             return  # aborted meanwhile
-        self._deliver(gen, gen.accept(0, done.token_ids), now)
+        self._deliver(gen, gen.accept(0, done.token_ids, model), now)
         self._end(gen, ("done", done.reason), "finished")
 
     def _on_failed(self, failed: Failed) -> None:

@@ -27,13 +27,15 @@ class Failure:
 class Generation:
     """One client request in flight: its committed output so far and a queue of events for the HTTP layer.
 
-    Events: ``("tokens", list[int])``, ``("done", reason)``, ``("error", Failure)``."""
+    Events: ``("tokens", list[int])``, ``("done", reason)``, ``("error", Failure)``. ``models[i]`` is the model
+    whose step committed ``output[i]`` (its provenance; -1 where the sender is unknown)."""
 
     spec: RequestSpec
     prompt_token_ids: list[int]
     extra: Mapping[str, Any]
     events: asyncio.Queue[tuple[str, Any]] = field(default_factory=asyncio.Queue)
     output: list[int] = field(default_factory=list)
+    models: list[int] = field(default_factory=list)
     is_done: bool = False
     is_dispatched: bool = False
     first_token_time: float | None = None
@@ -47,28 +49,30 @@ class Generation:
     route: tuple[int, int, dict[str, Any]] | None = None
     #: How many times it was resumed (subservers tell its incarnations apart by it).
     incarnation: int = 0
-    _early: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    _early: dict[int, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
 
     @property
     def request_id(self) -> str:
         return self.spec.request_id
 
-    def accept(self, offset: int, tokens: tuple[int, ...]) -> list[int]:
-        """Take output tokens that start at ``offset``; returns the newly contiguous ones (reports from two
-        models can arrive out of order). ``offset`` counts from the current incarnation's first output token."""
+    def accept(self, offset: int, tokens: tuple[int, ...], model: int = -1) -> list[int]:
+        """Take output tokens that start at ``offset``, committed by ``model``; returns the newly contiguous ones
+        (reports from two models can arrive out of order). ``offset`` counts from the current incarnation's
+        first output token."""
         offset += self.base
-        self._early[offset] = tokens
+        self._early[offset] = (model, tokens)
         new: list[int] = []
         progressed = True
         while progressed:
             progressed = False
             for start in sorted(self._early):
-                toks = self._early[start]
+                sender, toks = self._early[start]
                 end = start + len(toks)
                 if start <= len(self.output):
                     del self._early[start]
                     fresh = list(toks[len(self.output) - start :]) if end > len(self.output) else []
                     self.output.extend(fresh)
+                    self.models.extend([sender] * len(fresh))
                     new.extend(fresh)
                     progressed = True
         return new
