@@ -38,6 +38,7 @@ HEAVY_ALLOWED = (
     "trserve.routers",  # router training reads the pair's hidden states with torch
     "trserve.baselines",
     "trserve.bench.direct",  # plain vLLM, the overhead reference
+    "trserve.quality.score",  # the large model's log-probabilities of routed answers (transformers)
 )
 #: Heavy or optional libraries trcore must not import.
 CORE_FORBIDDEN = (*HEAVY, "simpy", "matplotlib", "zmq", "fastapi", "pydantic", "yaml", "rich", "typer")

@@ -54,6 +54,10 @@ def _register() -> None:
     app.command("latency")(plan.latency)
     app.command("plan")(plan.plan)
 
+    from tokenrouter.commands import quality
+
+    app.add_typer(quality.app, name="quality")
+
 
 _register()
 

@@ -1,0 +1,1 @@
+"""Answer quality per routing program: the held-out evaluation set, routed answers, scores, operating points."""
