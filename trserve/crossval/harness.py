@@ -106,8 +106,9 @@ class ClientWorkload:
 class CellRun:
     """What one real cell measured: tokens in the window, its length, traces of finished full-length requests,
     all traces (shortened first requests, and requests cut off at the end, included), the window's steps, each
-    request's intended output length, and per finished full-length request (submitted, first token, done, output
-    tokens) on the monotonic clock."""
+    request's drawn full output length (before a session's first request is shortened), the full-length
+    requests' ids, and per finished full-length request (submitted, first token, done, output tokens) on the
+    monotonic clock."""
 
     throughput_tok_s: float
     num_tokens: int
@@ -190,7 +191,7 @@ async def run_cell(
         traces=traces,
         steps=[s for s in frontend.step_log if window[0] <= s.time < window[1]],
         num_finished=len(client.finished),
-        intended_tokens={rid: spec.max_tokens for rid, spec in client.specs.items()},
+        intended_tokens=dict(client.intended),
         full_length_ids=frozenset(client.full_length),
         latencies=[client.timings[rid] for rid in sorted(full) if rid in client.timings],
     )
@@ -210,6 +211,7 @@ class _Client:
         self.full_length: set[str] = set()
         self.specs: dict[str, RequestSpec] = {}
         self.timings: dict[str, tuple[float, float, float, int]] = {}
+        self.intended: dict[str, int] = {}
         self.error: str | None = None
 
     async def session(self, first_fraction: float) -> None:
@@ -226,6 +228,7 @@ class _Client:
             submitted = time.monotonic()
             spec = RequestSpec(rid, len(prompt), max_tokens, frozenset(), submitted, dict(wl.sampling))
             self.specs[rid] = spec
+            self.intended[rid] = full
             if max_tokens == full:
                 self.full_length.add(rid)
             gen = self.frontend.submit(spec, list(prompt), {})

@@ -168,17 +168,18 @@ def workload_note(workload: ClientWorkload) -> dict[str, Any]:
 
 
 def replay_traces(runs: Sequence[CellRun]) -> list[RequestTrace]:
-    """The traces the simulator replays: every full-length request's (not the shortened first ones), those cut
-    off at the end of their cell with their intended length restored (the trace is replayed from its start
-    again when the request outlives it), so long requests are not under-represented; all recorded traces when
-    there is none (very short runs)."""
+    """The traces the simulator replays: every recorded request's, with its drawn full length: a finished
+    full-length request as it ran; one cut off at the end of its cell, or a session's shortened first request,
+    with the length it was drawn with (its trace is replayed from the start again when the request outlives it),
+    so long requests are not under-represented (few of them finish inside a window) and every session's routing
+    is sampled."""
     out = []
     for run in runs:
         finished = {t.request_id for t in run.finished}
         for t in run.traces:
             if t.request_id in finished:
                 out.append(t)
-            elif t.request_id in run.full_length_ids and t.steps:
+            elif t.steps and t.request_id in run.intended_tokens:
                 out.append(replace(t, num_output_tokens=run.intended_tokens[t.request_id]))
     return out or [t for run in runs for t in run.traces]
 

@@ -72,6 +72,7 @@ def test_bad_workload_and_drift_options_are_one_line_exit_2(args, message):
 
 
 def _write_profiles(folder, names):
+    from trserve.hardware import cpu_model, local_gpu_name
     from trsim.fit import LatencySample
     from trsim.profile import make_profile, save_profile
 
@@ -79,7 +80,8 @@ def _write_profiles(folder, names):
     for k, name in enumerate(names):  # synthetic linear latencies: this test checks the pipeline, not accuracy
         a, b, c = 0.02 * (k + 1), 0.002, 2e-6
         samples = [LatencySample(n, n * ctx, 0, a + b * n + c * n * ctx) for n in (1, 2, 4) for ctx in (32, 128)]
-        save_profile(make_profile(name, {"description": "synthetic"}, samples, ("linear",)), folder / f"{name}.json")
+        machine = {"description": "synthetic", "cpu_model": cpu_model(), "accelerator": local_gpu_name()}
+        save_profile(make_profile(name, machine, samples, ("linear",)), folder / f"{name}.json")
 
 
 @pytest.mark.serve
@@ -331,3 +333,16 @@ def test_predictions_come_from_the_input_repeat_and_are_scored_on_the_others(tmp
     assert cell["model_tok_s"] == pytest.approx(2 / (0.024 + 2e-6 * 48), rel=0.03)
     assert cell["model_rel_error"] == pytest.approx(abs(cell["model_tok_s"] - 42.0) / 42.0)
     assert "±2.0" in markdown_table(cells, summarize(cells), None, "out of sample")
+
+
+def test_replayed_traces_keep_every_request_at_its_drawn_length():
+    from trcore.traces import RequestTrace, TraceStep
+    from trserve.crossval.harness import CellRun
+    from trserve.crossval.run import replay_traces
+
+    step = (TraceStep(0, 0, True),)
+    done, cut, empty = RequestTrace("a", step * 5, 30, 5), RequestTrace("b", step * 3, 30, 3), RequestTrace("c", (), 30)
+    intended = {"a": 5, "b": 600, "c": 40}
+    run = CellRun(1.0, 10, 10.0, [done], [done, cut, empty], [], 1, intended, frozenset({"a", "b", "c"}))
+    replayed = replay_traces([run])
+    assert [(t.request_id, t.output_length) for t in replayed] == [("a", 5), ("b", 600)]  # long b not dropped
