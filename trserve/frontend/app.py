@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,9 +13,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from trcore import RequestSpec
 from trserve.config import ServeConfig
 from trserve.engine.tokenizer import Tokenizer
+from trserve.frontend.admission import Limits, Refused, admit
 from trserve.frontend.api_models import ChatCompletionRequest, CompletionRequest, SamplingFields
 from trserve.frontend.book import FrontEnd, Overloaded, Unavailable
 from trserve.frontend.guards import guard
@@ -60,7 +59,12 @@ class ServerContext:
     tokenizer: Tokenizer
     metrics: Metrics
     api_key: str | None
+    model_paths: tuple[str, ...] = ()
     started: float = field(default_factory=time.time)
+    limits: Limits = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.limits = Limits.of_run(self.config, self.model_paths, self.tokenizer)
 
     @property
     def model_name(self) -> str:
@@ -111,7 +115,10 @@ def create_app(ctx: ServerContext) -> Any:
     @app.post("/v1/chat/completions")
     async def chat(body: ChatCompletionRequest, request: Request) -> Response:
         messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-        ids = ctx.tokenizer.encode_chat(messages)
+        try:
+            ids = ctx.tokenizer.encode_chat(messages)
+        except Exception as exc:  # the model's chat template rejects this conversation (e.g. role order)
+            raise APIError(400, f"messages: the chat template cannot render them: {exc}", param="messages") from None
         return await _generate(ctx, request, body, ids, body.output_limit, chat=True)
 
     return guard(
@@ -128,10 +135,12 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def invalid(request: Request, exc: RequestValidationError) -> Response:
         first = exc.errors()[0]
         loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+        while len(loc) > 1 and _is_type_name(loc[-1]):  # pydantic names the union member tried; the field is enough
+            loc.pop()
         if first.get("type") == "json_invalid":
             return error_response(400, f"malformed JSON body: {first.get('msg')}")
         param = ".".join(loc) or None
-        return error_response(400, f"{param or 'body'}: {first.get('msg')}", param=param)
+        return error_response(400, f"{param or 'body'}: {_reason(first)}", param=param)
 
     @app.exception_handler(ClientGone)
     async def gone(request: Request, exc: ClientGone) -> Response:
@@ -142,31 +151,24 @@ def _install_error_handlers(app: FastAPI) -> None:
         return error_response(exc.status_code, str(exc.detail), "not_found" if exc.status_code == 404 else "error")
 
 
-def _admit(ctx: ServerContext, body: SamplingFields, ids: list[int], max_tokens: int | None) -> tuple[Any, TextStream]:
-    if body.model != ctx.model_name:
-        raise APIError(400, f"unknown model {body.model!r}; this server serves {ctx.model_name!r}", param="model")
-    limit = ctx.config.max_model_len
-    if not ids:
-        raise APIError(400, "the prompt is empty", param="prompt")
-    if max_tokens is None:
-        max_tokens = limit - len(ids)
-    if len(ids) + max_tokens > limit:
-        raise APIError(
-            400,
-            f"prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) exceeds the context limit of {limit} tokens",
-            param="max_tokens" if len(ids) < limit else "prompt",
-        )
-    stop_ids = set(body.stop_token_ids or ())
-    if not body.ignore_eos:
-        stop_ids |= ctx.tokenizer.eos_token_ids
-    spec = RequestSpec(
-        request_id=f"req-{uuid.uuid4().hex}",
-        num_prompt_tokens=len(ids),
-        max_tokens=max_tokens,
-        stop_token_ids=frozenset(stop_ids),
-        arrival_time=time.monotonic(),
-        sampling=body.sampling(),
-    )
+def _is_type_name(part: str) -> bool:
+    return "[" in part or part in {"str", "int", "float", "bool", "dict", "list", "none"}
+
+
+def _reason(error: Any) -> str:
+    """A pydantic error's message as a client should read it."""
+    if error.get("type") == "extra_forbidden":
+        return "not a field this server accepts (refused rather than ignored; see docs/serving.md)"
+    return str(error.get("msg", "invalid")).removeprefix("Value error, ")
+
+
+def _admit(
+    ctx: ServerContext, body: SamplingFields, ids: list[int], max_tokens: int | None, chat: bool
+) -> tuple[Any, TextStream]:
+    try:
+        spec = admit(ctx.limits, body, ids, max_tokens, chat)
+    except Refused as exc:
+        raise APIError(400, f"{exc.param}: {exc.message}", param=exc.param) from None
     try:
         gen = ctx.frontend.submit(spec, ids, body.routing_extra or {})
     except Overloaded as exc:
@@ -174,13 +176,13 @@ def _admit(ctx: ServerContext, body: SamplingFields, ids: list[int], max_tokens:
     except Unavailable as exc:
         headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s else None
         raise APIError(503, str(exc), "service_unavailable", headers=headers) from None
-    return gen, TextStream(ctx.tokenizer, body.stop_strings)
+    return gen, TextStream(ctx.tokenizer, body.stop_strings, min_tokens=body.min_tokens)
 
 
 async def _generate(
     ctx: ServerContext, request: Request, body: SamplingFields, ids: list[int], max_tokens: int | None, *, chat: bool
 ) -> Response:
-    gen, text = _admit(ctx, body, ids, max_tokens)
+    gen, text = _admit(ctx, body, ids, max_tokens, chat)
     fmt = _Format(ctx.model_name, gen.request_id, chat, len(ids))
     try:
         if not body.stream:
@@ -192,7 +194,7 @@ async def _generate(
             return JSONResponse(answer)
         first = await first_event(ctx.frontend, gen, request)
     except GenerationFailed as exc:
-        raise APIError(503, str(exc), "service_unavailable") from None
+        raise APIError(exc.status, str(exc), exc.kind) from None
     stream = _sse(ctx, fmt, gen, text, first, body.include_usage)
     return StreamingResponse(stream, media_type="text/event-stream")
 
@@ -209,7 +211,7 @@ async def _sse(
         if include_usage:
             yield _data(fmt.usage_chunk(len(text.token_ids)))
     except GenerationFailed as exc:
-        yield _data({"error": {"message": str(exc), "type": "service_unavailable", "param": None, "code": 503}})
+        yield _data({"error": {"message": str(exc), "type": exc.kind, "param": None, "code": exc.status}})
     finally:
         ctx.frontend.abort(gen.request_id)  # no-op once finished; frees every model if the client left
     yield "data: [DONE]\n\n"

@@ -11,11 +11,13 @@ class TextStream:
     """Turns output tokens into text deltas and stops at the first stop string.
 
     Text that could be the start of a stop string, or an incomplete UTF-8 character, is held back until the
-    next tokens decide it; :meth:`finish` releases what is left."""
+    next tokens decide it; :meth:`finish` releases what is left. As in vLLM, stop strings are looked for only
+    once ``min_tokens`` tokens exist."""
 
-    def __init__(self, tokenizer: Tokenizer, stop: Sequence[str] = ()) -> None:
+    def __init__(self, tokenizer: Tokenizer, stop: Sequence[str] = (), min_tokens: int = 0) -> None:
         self.tokenizer = tokenizer
         self.stop = [s for s in stop if s]
+        self.min_tokens = min_tokens
         self.token_ids: list[int] = []
         self.text = ""
         self.num_emitted = 0
@@ -28,7 +30,7 @@ class TextStream:
             return ""
         self.token_ids.extend(token_ids)
         text = self.tokenizer.decode(self.token_ids)
-        hit = self._find_stop(text)
+        hit = self._find_stop(text) if len(self.token_ids) >= self.min_tokens else None
         if hit is not None:
             self.is_stopped = True
             self.text = text[:hit]

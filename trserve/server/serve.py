@@ -94,7 +94,7 @@ async def serve(cfg: ServeConfig, report: Report | None = None) -> int:
         say(f"error: {exc}")
         await frontend.close()
         return 1
-    ctx = ServerContext(cfg, frontend, tokenizer, metrics, api_key_of(cfg))
+    ctx = ServerContext(cfg, frontend, tokenizer, metrics, api_key_of(cfg), spec.model_paths)
     server = uvicorn.Server(
         uvicorn.Config(
             create_app(ctx),
