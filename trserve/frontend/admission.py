@@ -128,8 +128,6 @@ def check_context(limits: Limits, num_prompt: int, max_tokens: int | None, param
 
 def check_extras(body: SamplingFields) -> None:
     """Fields whose meaning depends on another field, and the size of ``routing_extra``."""
-    if body.stream_options is not None and not body.stream:
-        raise Refused("stream_options", "only allowed with stream=true")
     if body.return_token_ids and body.stream:
         raise Refused("return_token_ids", "only supported without stream")
     extra = body.routing_extra or {}

@@ -20,7 +20,8 @@ MAX_STOP_CHARS = 256
 MAX_STOP_TOKEN_IDS = 64
 MAX_LOGIT_BIAS = 300
 
-#: Fields this server does not implement, and the values that mean "not used" (accepted; null always is).
+#: Fields this server does not implement, and the values that mean "not used" (accepted, of the same type: ``echo:
+#: 0`` is refused; null always is accepted).
 REFUSED_UNLESS: dict[str, tuple[Any, ...]] = {
     "n": (1,),
     "best_of": (1,),
@@ -100,7 +101,7 @@ class SamplingFields(BaseModel):
     @classmethod
     def _neutral_or_refused(cls, value: Any, info: ValidationInfo) -> Any:
         name = info.field_name or "field"
-        if value is not None and value not in REFUSED_UNLESS[name]:
+        if value is not None and not any(value == n and type(value) is type(n) for n in REFUSED_UNLESS[name]):
             raise ValueError(f"not supported by this server (got {value!r}); see docs/serving.md")
         return value
 
