@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-#: int64, the range of OpenAI's and vLLM's ``seed``.
-SEED_RANGE = (-(1 << 63), (1 << 63) - 1)
+#: Non-negative int64: vLLM reads ``seed=-1`` as "no seed", so negative seeds are refused rather than half-honoured.
+SEED_RANGE = (0, (1 << 63) - 1)
 MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 256
 MAX_STOP_TOKEN_IDS = 64

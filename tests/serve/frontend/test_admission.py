@@ -79,7 +79,7 @@ BAD_FIELDS = [
     ({"logit_bias": {"hello": 1.0}}, "logit_bias", "token ids"),
     ({"logit_bias": {"5": 101}}, "logit_bias.5", "less than or equal"),
     ({"seed": 1 << 63}, "seed", "less than or equal"),
-    ({"seed": -(1 << 63) - 1}, "seed", "greater than or equal"),
+    ({"seed": -1}, "seed", "greater than or equal to 0"),
     ({"stop": ["x"] * 17}, "stop", "at most 16"),
     ({"stop": "y" * 257}, "stop", "at most 256"),
     ({"routing_extra": {"k": "v" * 5000}}, "routing_extra", "4096 bytes"),
