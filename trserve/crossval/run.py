@@ -150,9 +150,10 @@ def input_runs(plan: CrossvalPlan, runs: Sequence[Measured]) -> tuple[list[Measu
 def inputs_note(plan: CrossvalPlan) -> str:
     if plan.repeats < 2:
         return "in sample: routing statistics, context and replayed traces come from the scored cells (1 repeat)"
+    scored = "repeat 1" if plan.repeats == 2 else f"repeats 1-{plan.repeats - 1}"
     return (
         "out of sample: routing statistics, context and replayed traces come from repeat 0 of every cell; "
-        f"predictions are scored against repeats 1-{plan.repeats - 1}"
+        f"predictions are scored against {scored}"
     )
 
 
