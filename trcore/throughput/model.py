@@ -117,20 +117,28 @@ class ThroughputModel:
         num_requests = int(num_requests)
         caps = self.spec.batch_caps(num_requests)
         vectors = list(feasible_thresholds(caps, num_requests))
-        universe = None
-        if method != "sampled":
-            limit = self.max_states if method == "exact" else min(self.max_states, AUTO_OPTIMIZE_MAX_STATES)
-            rule = AnyFeasible(num_requests, caps)
-            universe = _explore_within(self.spec, num_requests, rule, limit, can_fall_back=method == "auto")
-        if universe is not None and (method == "exact" or universe.num_states * len(vectors) <= AUTO_OPTIMIZE_MAX_WORK):
-            rules = [FixedThresholds(b, caps) for b in vectors]
-            candidates, used = _solve_many(self.spec, universe, rules, workers), "exact"
-            best = _best(candidates, min_gain)
-        else:
+        universe = self._exact_universe(num_requests, caps, len(vectors), method)
+        if universe is None:
             best, candidates = optimize_sampled(self.spec, num_requests, vectors, self.sampling, min_gain)
-            used = "sampled"
+        else:
+            candidates = _solve_many(self.spec, universe, [FixedThresholds(b, caps) for b in vectors], workers)
+            best = _best(candidates, min_gain)
+        used = "sampled" if universe is None else "exact"
         elapsed = clock() - start if clock else 0.0
         return OptimizeResult(best.thresholds, best.throughput_tok_s, candidates, elapsed, used)
+
+    def _exact_universe(
+        self, num_requests: int, caps: tuple[int, ...], num_vectors: int, method: str
+    ) -> Universe | None:
+        """The exploration shared by every candidate's chain, or None where ``method`` samples instead."""
+        if method == "sampled":
+            return None
+        limit = self.max_states if method == "exact" else min(self.max_states, AUTO_OPTIMIZE_MAX_STATES)
+        rule = AnyFeasible(num_requests, caps)
+        universe = _explore_within(self.spec, num_requests, rule, limit, can_fall_back=method == "auto")
+        if method == "auto" and universe is not None and universe.num_states * num_vectors > AUTO_OPTIMIZE_MAX_WORK:
+            return None
+        return universe
 
 
 def solve_in(spec: ChainSpec, universe: Universe, rule: FixedThresholds) -> ThroughputResult:
