@@ -74,6 +74,15 @@ def test_sampled_optimize_agrees_with_the_exact_optimum(scenario, n):
     assert chosen >= 0.98 * exact.throughput_tok_s
 
 
+def test_sampled_optimize_with_max_batch_and_batch_dependent_latency():
+    scenario = ThroughputModel(R2R_P, R2R_C, [[0.004, 0.005, 0.006], [0.02, 0.024, 0.0279]], max_batch=[4, 3])
+    exact, sampled = scenario.optimize(8), scenario.optimize(8, method="sampled")
+    assert [c.thresholds for c in sampled.candidates] == [c.thresholds for c in exact.candidates]
+    chosen = next(c.throughput_tok_s for c in exact.candidates if c.thresholds == sampled.thresholds)
+    assert sampled.throughput_tok_s == pytest.approx(chosen, rel=0.02)
+    assert chosen >= 0.98 * exact.throughput_tok_s
+
+
 def test_min_gain_returns_no_delay_when_the_gain_is_too_small():
     sampled = TWO.optimize(8, method="sampled", min_gain=0.5)
     assert sampled.thresholds == (1, 1)
