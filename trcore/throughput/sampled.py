@@ -1,7 +1,7 @@
 """The sampled method: throughputs estimated from Monte Carlo lanes (``trcore.throughput.lanes``), for one
 threshold vector or for a race over every feasible vector in which clearly worse candidates drop out early.
 
-Where the exact chain has too many states (three models past N = 8, two past N = 24 on a fine time grid),
+Where the exact chain has too many states (on a 0.1 ms time unit: three models past N = 4, two past N = 20),
 sampling the same process still costs little: every candidate runs in the same arrays, most candidates are
 out after a few hundred epochs, and only those still close to the leader are sampled until their standard
 errors are small. The leader is then re-estimated with fresh lanes, so its reported throughput carries no
