@@ -11,6 +11,7 @@ pipelines each carry N/r requests (closed) or 1/r of the arrivals (open).
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
@@ -27,11 +28,15 @@ from trsim.roofline import RooflineModel
 from trsim.workload import ENDLESS, WorkloadConfig, preset
 
 ASSUMPTIONS = (
-    "replicas are equal across models; r pipelines each carry N/r closed-loop requests or 1/r of the arrivals",
+    "replicas are equal across models (one replica of each per pipeline; mixed pipelines are not searched); "
+    "r pipelines each carry N/r closed-loop requests or 1/r of the arrivals, as pinning a request to one "
+    "replica of each model and balancing new requests gives; the simulator core runs one pipeline",
     "co-located models each get half of their GPUs' FLOP/s and bandwidth (pessimistic while the peer idles)",
-    "closed-loop step latencies at context_tokens per request; open loop uses the preset's lengths",
-    "open loop runs thresholds of 1 (no delayed batching); a pipeline batches at most KV capacity / mean full "
-    "length requests per model (the rest wait), and each rate is simulated for open_run_s seconds",
+    "closed loop: endless requests holding context_tokens of context each; the chain up to chain_max_n requests "
+    "per pipeline, the simulator beyond",
+    "open loop: the preset's lengths, thresholds of 1 (no delayed batching); a pipeline batches at most KV "
+    "capacity / mean full length requests per model (the rest wait); each rate runs open_run_s simulated "
+    "seconds from empty; only the open_loop_top most promising pipelines are bisected",
 )
 
 
@@ -55,8 +60,8 @@ class PlanConfig:
     slo_ttft_ms: float | None = 2000.0
     open_loop_top: int = 3
     confirm_top: int = 3
-    open_run_s: float = 120.0
-    bisection_steps: int = 5
+    open_run_s: float = 180.0
+    bisection_steps: int = 4
     sim_tokens: int = 20_000
     chain_max_n: int = 24
     quantum_s: float = 1e-3
@@ -113,7 +118,8 @@ def _pipeline_throughput(cfg: PlanConfig, models: list[RooflineModel], n: int, b
 def _simulated_tok_s(cfg: PlanConfig, models: list[RooflineModel], n: int, b: Iterable[int]) -> float:
     endless = WorkloadConfig(prompt_tokens=constant(cfg.context_tokens), output_tokens=constant(ENDLESS))
     config = markov_config(cfg.P, cfg.C, models, list(b), n, endless, seed=cfg.seed)
-    return simulate(config, tokens=cfg.sim_tokens + n * 2, warmup_tokens=n * 2).throughput_tok_s
+    warmup = max(cfg.sim_tokens // 4, 2 * n)  # past the synchronized start (all prompts prefilled together)
+    return simulate(config, tokens=cfg.sim_tokens + warmup, warmup_tokens=warmup).throughput_tok_s
 
 
 def confirm(cfg: PlanConfig, row: dict[str, Any]) -> float:
@@ -131,11 +137,11 @@ def max_rate(cfg: PlanConfig, placement: Placement, guess_rps: float) -> dict[st
     models = latency_models(placement, cfg.hardware, cfg.models, cfg.dtype)
     caps = _batch_caps(cfg, placement, models)
     lo, hi, best = 0.0, max(guess_rps / placement.replicas, 1e-3), None
-    for _ in range(3):  # bracket: double the guess while it still meets the SLO
+    for _ in range(3):  # bracket: raise the guess by half while it still meets the SLO
         probe = _open_run(cfg, models, caps, hi)
         if not probe["meets_slo"]:
             break
-        lo, best, hi = hi, probe, hi * 2
+        lo, best, hi = hi, probe, hi * 1.5
     for _ in range(cfg.bisection_steps):
         probe = _open_run(cfg, models, caps, (lo + hi) / 2)
         lo, hi, best = (probe["rate_rps"], hi, probe) if probe["meets_slo"] else (lo, probe["rate_rps"], best)
@@ -198,35 +204,45 @@ def run_plan(cfg: PlanConfig, workers: int = 1, progress: Callable[[str, int], C
              ) -> dict[str, Any]:  # fmt: skip
     """The whole search; ``progress(stage, total)`` returns a callback ticked once per finished job."""
     stage = progress or (lambda _name, _total: lambda: None)
+    clock, stage_s = time.perf_counter, {}
     found = feasible(cfg)
     if not found:
         raise ConfigError("--gpus", f"no placement of {list(cfg.models.values())} fits {cfg.num_gpus} {cfg.hardware}")
+    start = clock()
     rows = _map(closed_loop, [(cfg, p) for p in found], workers, stage("closed loop", len(found)))
     ranked = sorted((_best_point(r) for r in rows if r["points"]), key=lambda r: -r["throughput_tok_s"])
     top = ranked[: cfg.confirm_top]
     sims = _map(confirm, [(cfg, r) for r in top], workers, stage("confirm in simulator", len(top)))
     for row, tok_s in zip(top, sims, strict=True):
         row["sim_throughput_tok_s"] = tok_s
-    per_gpu = sorted(ranked, key=lambda r: -r["throughput_per_gpu_tok_s"])
+    stage_s["closed_loop"], start = clock() - start, clock()
     if cfg.open_loop_top > 0:
-        _open_loop(cfg, ranked, ranked[: cfg.open_loop_top] + per_gpu[: cfg.open_loop_top // 2], workers, stage)
-    return _report(cfg, ranked, per_gpu)
+        _open_loop(cfg, ranked, workers, stage)
+    stage_s["open_loop"] = clock() - start
+    report = _report(cfg, ranked, sorted(ranked, key=lambda r: -r["throughput_per_gpu_tok_s"]))
+    return {**report, "stage_s": stage_s}
 
 
-def _open_loop(cfg: PlanConfig, ranked: list[dict[str, Any]], chosen: list[dict[str, Any]], workers: int,
+def _open_loop(cfg: PlanConfig, ranked: list[dict[str, Any]], workers: int,
                stage: Callable[[str, int], Callable[[], None]]) -> None:  # fmt: skip
-    """Max rate of each distinct pipeline among ``chosen``, given to every placement built of that pipeline."""
+    """Bisect the Poisson capacity of the ``open_loop_top`` most promising pipelines and give it, times the
+    replicas, to every placement built of them. Promise: one pipeline's best closed-loop throughput times the
+    replicas that fit on the node (capacity grows with replicas; at a fixed N it does not)."""
     tokens = mean_lengths(_workload(cfg), cfg.seed)[1]
-    pipelines: dict[tuple[Any, ...], float] = {}
-    for row in chosen:  # one replica; the guess is the closed-loop rate of one pipeline
-        p: Placement = row["placement"]
-        pipelines.setdefault(_pipeline(p), row["throughput_tok_s"] / p.replicas / tokens)
-    args = [(cfg, Placement(tp, 1, coloc), guess) for (tp, coloc), guess in pipelines.items()]
-    found = dict(zip(pipelines, _map(max_rate, args, workers, stage("open loop", len(args))), strict=True))
+    singles = [r for r in ranked if r["placement"].replicas == 1]
+    fits = {id(r): cfg.num_gpus // r["placement"].gpus_per_pipeline for r in singles}
+    singles.sort(key=lambda r: -r["throughput_tok_s"] * fits[id(r)])
+    chosen = singles[: cfg.open_loop_top]
+    args = [(cfg, r["placement"], r["throughput_tok_s"] / tokens) for r in chosen]
+    rates = _map(max_rate, args, workers, stage("open loop", len(args)))
+    found = {_pipeline(r["placement"]): rate for r, rate in zip(chosen, rates, strict=True)}
     for row in ranked:
         one = found.get(_pipeline(row["placement"]))
         if one is not None:
-            row.update(one, max_rate_rps=one["max_rate_rps"] * row["placement"].replicas)
+            r = row["placement"].replicas
+            row.update(
+                one, max_rate_rps=one["max_rate_rps"] * r, rate_bracket_rps=[x * r for x in one["rate_bracket_rps"]]
+            )
 
 
 def _pipeline(p: Placement) -> tuple[Any, ...]:

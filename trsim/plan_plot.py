@@ -7,12 +7,14 @@ from pathlib import Path
 from typing import Any
 
 
-def plot_plan(plan: Mapping[str, Any], path: str | Path, num_lines: int = 6) -> None:
+def plot_plan(plan: Mapping[str, Any], path: str | Path | None = None, num_lines: int = 6) -> Any:
     """Left: best throughput over the threshold candidates against concurrency, for the top placements.
-    Right: max Poisson rate under the SLO of every placement whose pipeline was bisected."""
+    Right: max Poisson rate under the SLO of every placement whose pipeline was bisected. Writes ``path``
+    (headless), or returns the figure when ``path`` is None (notebooks)."""
     import matplotlib
 
-    matplotlib.use("Agg")
+    if path is not None:
+        matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     placements = plan["placements"]
@@ -36,5 +38,8 @@ def plot_plan(plan: Mapping[str, Any], path: str | Path, num_lines: int = 6) -> 
     right.tick_params(axis="y", labelsize=7)
     fig.suptitle(f"Plan: {', '.join(cfg['models'].values())} on {cfg['num_gpus']}x {cfg['hardware']}")
     fig.tight_layout()
+    if path is None:
+        return fig
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return None

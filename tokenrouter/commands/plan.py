@@ -74,7 +74,7 @@ def plan(
     open_loop_top: int = typer.Option(
         3, "--open-loop-top", help="Placements whose Poisson capacity is bisected (0: closed loop only)."
     ),
-    open_run_s: float = typer.Option(120.0, "--open-run-s", help="Simulated seconds per open-loop rate."),
+    open_run_s: float = typer.Option(180.0, "--open-run-s", help="Simulated seconds per open-loop rate."),
     workers: int = typer.Option(None, "--workers", "-j", help="Worker processes [CPU count]."),
     out: Path = typer.Option(None, "--out", help="Folder for plan.json and plan.png."),
     as_json: bool = JSON_OPTION,
