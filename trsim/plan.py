@@ -14,7 +14,7 @@ import random
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from trcore import ConfigError, policies_for
@@ -33,7 +33,7 @@ ASSUMPTIONS = (
     "replica of each model and balancing new requests gives; the simulator core runs one pipeline",
     "co-located models each get half of their GPUs' FLOP/s and bandwidth (pessimistic while the peer idles)",
     "closed loop: endless requests holding context_tokens of context each; the chain up to chain_max_n requests "
-    "per pipeline, the simulator beyond",
+    "per pipeline, the simulator beyond; thresholds above 1 only when they gain more than min_gain",
     "open loop: the preset's lengths, thresholds of 1 (no delayed batching); a pipeline batches at most KV "
     "capacity / mean full length requests per model (the rest wait); each rate runs open_run_s simulated "
     "seconds from empty; only the open_loop_top most promising pipelines are bisected",
@@ -62,11 +62,11 @@ class PlanConfig:
     confirm_top: int = 3
     open_run_s: float = 180.0
     bisection_steps: int = 4
+    min_gain: float = 0.03
     sim_tokens: int = 20_000
     chain_max_n: int = 24
     quantum_s: float = 1e-3
     seed: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if len(self.P) != len(self.models) or any(len(t) != len(self.models) for t in self.thresholds):
@@ -210,7 +210,7 @@ def run_plan(cfg: PlanConfig, workers: int = 1, progress: Callable[[str, int], C
         raise ConfigError("--gpus", f"no placement of {list(cfg.models.values())} fits {cfg.num_gpus} {cfg.hardware}")
     start = clock()
     rows = _map(closed_loop, [(cfg, p) for p in found], workers, stage("closed loop", len(found)))
-    ranked = sorted((_best_point(r) for r in rows if r["points"]), key=lambda r: -r["throughput_tok_s"])
+    ranked = sorted((_best_point(r, cfg.min_gain) for r in rows if r["points"]), key=lambda r: -r["throughput_tok_s"])
     top = ranked[: cfg.confirm_top]
     sims = _map(confirm, [(cfg, r) for r in top], workers, stage("confirm in simulator", len(top)))
     for row, tok_s in zip(top, sims, strict=True):
@@ -249,9 +249,14 @@ def _pipeline(p: Placement) -> tuple[Any, ...]:
     return (p.tp, p.colocated)
 
 
-def _best_point(row: dict[str, Any]) -> dict[str, Any]:
+def _best_point(row: dict[str, Any], min_gain: float) -> dict[str, Any]:
+    """The placement's best point; thresholds above 1 must beat no delay at the same N by more than
+    ``min_gain`` (as ``ThroughputModel.optimize``), else the gain is within the evaluators' error."""
     p: Placement = row["placement"]
     best = max(row["points"], key=lambda x: x["throughput_tok_s"])
+    no_delay = [x for x in row["points"] if x["concurrency"] == best["concurrency"] and max(x["thresholds"]) == 1]
+    if no_delay and best["throughput_tok_s"] <= no_delay[0]["throughput_tok_s"] * (1 + min_gain):
+        best = no_delay[0]
     return {**best, "placement": p, "throughput_per_gpu_tok_s": best["throughput_tok_s"] / p.num_gpus,
             "kv_capacity_tokens": row["kv_capacity_tokens"], "points": row["points"]}  # fmt: skip
 
@@ -264,10 +269,10 @@ def _report(cfg: PlanConfig, ranked: list[dict[str, Any]], per_gpu: list[dict[st
         "throughput_per_gpu": per_gpu[0]["placement"].label,
         "max_rate": max(with_rate, key=lambda o: o["max_rate_rps"])["label"] if with_rate else None,
     }
-    config = {k: v for k, v in asdict(cfg).items() if k != "extra"}
+    config = asdict(cfg)
     if not isinstance(cfg.workload, str):
         config["workload"] = "custom"
-    return {"config": config, **cfg.extra, "assumptions": list(ASSUMPTIONS), "placements": out, "best": best}
+    return {"config": config, "assumptions": list(ASSUMPTIONS), "placements": out, "best": best}
 
 
 def _placement_dict(cfg: PlanConfig, row: dict[str, Any]) -> dict[str, Any]:
@@ -282,7 +287,3 @@ def _placement_dict(cfg: PlanConfig, row: dict[str, Any]) -> dict[str, Any]:
             "kv_capacity_tokens", "points")  # fmt: skip
     return {"label": p.label, "colocated": p.colocated, "replicas": p.replicas, "num_gpus": p.num_gpus,
             "models": per_model, **{k: row.get(k) for k in keys}}  # fmt: skip
-
-
-def with_overrides(cfg: PlanConfig, **changes: Any) -> PlanConfig:
-    return replace(cfg, **changes)

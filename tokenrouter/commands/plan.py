@@ -67,6 +67,7 @@ def plan(
     concurrency: str = typer.Option("8,16,32,64", "--concurrency", "-N", help="Closed-loop concurrencies."),
     thresholds: str = typer.Option("1,1;2,1;4,1;1,2", "--thresholds", help="Threshold candidates, ';'-separated."),
     context: int = typer.Option(1024, "--context", help="Context tokens per request for closed-loop steps."),
+    min_gain: float = typer.Option(0.03, "--min-gain", help="Thresholds above 1 only when they gain more."),
     workload: str = typer.Option("short-reasoning", "--workload", help="Preset for the open loop."),
     slo_tpot_ms: float = typer.Option(50.0, "--slo-tpot-ms", help="TPOT p99 target (0: none)."),
     slo_ttft_ms: float = typer.Option(2000.0, "--slo-ttft-ms", help="TTFT p99 target (0: none)."),
@@ -92,6 +93,7 @@ def plan(
         concurrencies=tuple(opt.parse_ints(concurrency, "--concurrency")),
         thresholds=tuple(_threshold_candidates(thresholds, models)),
         context_tokens=_at_least_one(context, "--context"),
+        min_gain=min_gain,
         colocation=colocation,
         workload=workload,
         slo_tpot_ms=slo_tpot_ms or None,
@@ -99,6 +101,8 @@ def plan(
         open_loop_top=open_loop_top,
         open_run_s=open_run_s,
     )
+    if not 0 <= min_gain < 1:
+        raise ConfigError("--min-gain", f"must be in [0, 1), got {min_gain}")
     if open_loop_top < 0 or open_run_s <= 0:
         raise ConfigError("--open-loop-top", "--open-loop-top must be >= 0 and --open-run-s > 0")
     _check_inputs(cfg)
