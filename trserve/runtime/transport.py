@@ -1,12 +1,20 @@
-"""Local IPC between the front end and the subserver processes: ZeroMQ PUSH/PULL sockets carrying pickles.
+"""Local IPC between the front end and the subserver processes: ZeroMQ PUSH/PULL sockets carrying typed
+msgpack messages.
 
 Every process binds one PULL socket (its inbox) and connects one PUSH socket per process it talks to, so a
 send never waits for the receiver (ZeroMQ queues it) and messages between two processes keep their order.
-Only our own processes share these sockets (IPC files in a private run directory), so pickle is safe.
+
+Wire format (:func:`encode`): the message's class as ``module:QualName`` and a newline, then its fields as
+msgpack (msgspec, as vLLM v1's engine core uses): 3-4x faster than pickle for the small messages and hand-offs
+of a step, and it decodes only into a message class of the project's own packages (``trserve``, ``trcore``),
+validated against its field types, never arbitrary objects. A message msgspec cannot encode (a field of a type
+it does not know) goes as a pickle under the name ``pickle``; only our own processes share these sockets (IPC
+files in a private run directory).
 """
 
 from __future__ import annotations
 
+import importlib
 import mmap
 import os
 import pickle
@@ -16,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import zmq
 import zmq.asyncio
 
@@ -63,14 +72,61 @@ class Endpoints:
         return Mailbox(book.pop(index), book)
 
 
+#: Modules whose message classes travel typed (the hot path: steps, hand-offs); others' messages go as pickles.
+WIRE_PACKAGES = ("trserve.runtime.", "trcore.")
+_PICKLE = b"pickle"
+_ENCODER = msgspec.msgpack.Encoder()
+_names: dict[type, bytes] = {}
+_decoders: dict[bytes, msgspec.msgpack.Decoder[Any]] = {}
+
+
 def encode(message: Any) -> bytes:
     """A message as bytes on the wire (the only place the wire format is chosen)."""
-    return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    cls = type(message)
+    name = _names.get(cls)
+    if name is None:
+        name = _names[cls] = _wire_name(cls)
+    if name != _PICKLE:
+        try:
+            return name + b"\n" + _ENCODER.encode(message)
+        except (TypeError, msgspec.EncodeError):
+            pass  # a field msgspec does not know (e.g. a numpy number): this one message goes as a pickle
+    return _PICKLE + b"\n" + pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _wire_name(cls: type) -> bytes:
+    """``module:QualName`` of a class that travels typed (msgspec can decode into it), else ``pickle``."""
+    if not cls.__module__.startswith(WIRE_PACKAGES) or "<" in cls.__qualname__:
+        return _PICKLE
+    name = f"{cls.__module__}:{cls.__qualname__}".encode()
+    try:
+        _decoders.setdefault(name, msgspec.msgpack.Decoder(cls, strict=False))
+    except TypeError:  # a field type msgspec cannot decode (e.g. a routing program object)
+        return _PICKLE
+    return name
 
 
 def decode(data: bytes) -> Any:
     """The message :func:`encode` wrote."""
-    return pickle.loads(data)
+    cut = data.index(b"\n")
+    name, body = data[:cut], memoryview(data)[cut + 1 :]
+    if name == _PICKLE:
+        return pickle.loads(body)
+    decoder = _decoders.get(name)
+    if decoder is None:
+        decoder = _decoders[name] = msgspec.msgpack.Decoder(_message_class(name.decode()), strict=False)
+    return decoder.decode(body)
+
+
+def _message_class(name: str) -> type:
+    """The class ``module:QualName`` of a message, only from :data:`WIRE_PACKAGES`."""
+    module, _, qualname = name.partition(":")
+    if not module.startswith(WIRE_PACKAGES):
+        raise ValueError(f"refusing to decode a message of class {name!r}")
+    found: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    return found  # type: ignore[no-any-return]
 
 
 def _push_socket(ctx: zmq.Context[Any], address: str) -> zmq.Socket[Any]:
