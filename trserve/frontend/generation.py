@@ -45,8 +45,8 @@ class Generation:
     is_suspended: bool = False
     #: Output tokens committed before the current incarnation (a resume sends them as prompt).
     base: int = 0
-    #: The latest resume point: ``(model, num_output, routing extra)`` (see ``StepReport.routes``).
-    route: tuple[int, int, dict[str, Any]] | None = None
+    #: Resume points by output length: ``num_output -> (model, routing extra)`` (see ``StepReport.routes``).
+    routes: dict[int, tuple[int, dict[str, Any]]] = field(default_factory=dict)
     #: How many times it was resumed (subservers tell its incarnations apart by it).
     incarnation: int = 0
     _early: dict[int, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
@@ -79,10 +79,13 @@ class Generation:
 
     def note_route(self, model: int, num_output: int, extra: dict[str, Any] | None) -> None:
         """A step says ``model`` continues the request after ``num_output`` output tokens (of this incarnation)
-        with routing state ``extra``; the latest (largest output) wins, reports may arrive out of order."""
+        with routing state ``extra``. Kept by output length: a resume needs the point that matches the committed
+        output exactly (a crash can lose the report of a token a later report builds on)."""
         num_output += self.base
-        if self.route is None or num_output >= self.route[1]:
-            self.route = (model, num_output, extra or {})
+        if num_output >= len(self.output):
+            self.routes[num_output] = (model, extra or {})
+        if len(self.routes) > 4:
+            self.routes = {n: r for n, r in self.routes.items() if n >= len(self.output)}
 
     def finish_reason(self) -> str | None:
         """Why the committed output is complete ("length" or "stop"), or None while it may go on."""
@@ -95,7 +98,8 @@ class Generation:
 
     def resume(self, num_models: int, entry: int) -> tuple[int, PeerReq]:
         """The next incarnation after a crash: the same request id, the committed output appended to the prompt,
-        the budget reduced by it, on the model (and with the routing state) of the latest resume point."""
+        the budget reduced by it, on the model (and with the routing state) of the resume point at that output
+        (the entry model with the request's own routing extra before its first step)."""
         n = len(self.output)
         self.base, self._early, self.incarnation = n, {}, self.incarnation + 1
         spec = replace(
@@ -104,7 +108,7 @@ class Generation:
             max_tokens=self.spec.max_tokens - n,
             min_tokens=max(0, self.spec.min_tokens - n),
         )
-        model, extra = (entry, dict(self.extra)) if self.route is None else (self.route[0], dict(self.route[2]))
-        extra[INCARNATION] = self.incarnation
+        model, extra = self.routes.get(n, (entry, dict(self.extra)))
+        extra, self.routes = {**extra, INCARNATION: self.incarnation}, {}
         ids = (*self.prompt_token_ids, *self.output)
         return model, PeerReq(self.request_id, 0, ids, (0,) * num_models, CLIENT, spec=spec, extra=extra)

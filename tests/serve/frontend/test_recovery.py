@@ -108,6 +108,9 @@ def test_restart_suspends_then_resumes_where_the_request_was(tmp_path):
         b.received(0)
         b.fe.handle(report(0, tokens=[("a", 0, (7, 8))], routes=[("a", 1, 2, {"handoff_prob": 0.5, "k": 2})]))
         assert drain(gen) == [("tokens", [7, 8])]
+        # Model 0's report of token 2 is lost with it; model 1 already stepped on from it: not a resume point.
+        b.fe.handle(report(1, tokens=[("a", 3, (9,))], routes=[("a", 0, 4, {"handoff_prob": 0.5, "k": 4})]))
+        assert gen.output == [7, 8]
 
         b.recovery.model_down(1, "'small' exited unexpectedly and is restarting", restarting=True)
         assert Abort("a") in b.received(0)

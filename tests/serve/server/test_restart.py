@@ -23,6 +23,8 @@ from tests.serve.server_fixtures import MODEL, Served, server_config, start_serv
 pytestmark = [pytest.mark.serve, pytest.mark.disruptive]
 
 NUM_STREAMS = 32
+#: Non-streaming requests in flight beside the streams: their answers carry token ids, compared exactly.
+NUM_PLAIN = 8
 #: Long enough that every stream is mid-way when the kill lands (the hash engine steps in milliseconds).
 MAX_TOKENS = {"hash": 200, "vllm": 24}
 
@@ -55,9 +57,16 @@ def body(server: Served, i: int, **extra: object) -> dict:
             "routing_extra": {"handoff_prob": 0.3}, **extra}  # fmt: skip
 
 
-async def streams(server: Served, kill_pid: int | None = None) -> tuple[list[Streamed], int | None]:
-    """Run the streams; with ``kill_pid``, SIGKILL it once every stream has a few chunks, then send one more
-    (non-streaming) request while the model restarts. Returns the streams and that request's status."""
+@dataclass
+class Run:
+    streams: list[Streamed]
+    plain: list[tuple[int, list[int] | None]]  # status, output token ids
+    late_status: int | None = None
+
+
+async def streams(server: Served, kill_pid: int | None = None) -> Run:
+    """Run the streams and the plain requests; with ``kill_pid``, SIGKILL it once every stream has a few chunks,
+    then send one more request while the model restarts."""
     results = [Streamed() for _ in range(NUM_STREAMS)]
     async with server.async_client(timeout=900.0) as client:
 
@@ -68,7 +77,13 @@ async def streams(server: Served, kill_pid: int | None = None) -> tuple[list[Str
                     if line:
                         results[i].lines.append(line)
 
+        async def plain(i: int) -> tuple[int, list[int] | None]:
+            response = await client.post("/v1/completions", json=body(server, i, stream=False, return_token_ids=True))
+            ok = response.status_code == 200
+            return response.status_code, response.json()["choices"][0]["token_ids"] if ok else None
+
         tasks = [asyncio.ensure_future(one(i)) for i in range(NUM_STREAMS)]
+        plains = [asyncio.ensure_future(plain(NUM_STREAMS + i)) for i in range(NUM_PLAIN)]
         late_status = None
         if kill_pid is not None:
             deadline = time.monotonic() + 300
@@ -80,7 +95,7 @@ async def streams(server: Served, kill_pid: int | None = None) -> tuple[list[Str
             late = await client.post("/v1/completions", json=body(server, 99, stream=False, max_tokens=4))
             late_status = late.status_code
         await asyncio.gather(*tasks)
-    return results, late_status
+        return Run(results, list(await asyncio.gather(*plains)), late_status)
 
 
 @pytest.fixture(params=["hash", "vllm"], scope="module")
@@ -90,10 +105,11 @@ def server(request: pytest.FixtureRequest) -> Served:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(server: Served) -> list[Streamed]:
-    results, _ = asyncio.run(streams(server))
-    assert all(r.status == 200 and not r.errors for r in results)
-    return results
+def uninterrupted(server: Served) -> Run:
+    run = asyncio.run(streams(server))
+    assert all(r.status == 200 and not r.errors for r in run.streams)
+    assert all(status == 200 for status, _ in run.plain)
+    return run
 
 
 def wait_healthy(server: Served, timeout_s: float = 600.0) -> None:
@@ -105,16 +121,17 @@ def wait_healthy(server: Served, timeout_s: float = 600.0) -> None:
 
 
 @pytest.mark.parametrize("victim", [0, 1])
-def test_killed_model_costs_latency_not_requests(server: Served, uninterrupted: list[Streamed], victim: int):
+def test_killed_model_costs_latency_not_requests(server: Served, uninterrupted: Run, victim: int):
     wait_healthy(server)
     pid = next(w["pid"] for w in server.state()["workers"] if w["model"] == victim)
-    results, late_status = asyncio.run(streams(server, kill_pid=pid))
-    for got, want in zip(results, uninterrupted, strict=True):
+    run = asyncio.run(streams(server, kill_pid=pid))
+    for got, want in zip(run.streams, uninterrupted.streams, strict=True):
         assert got.status == 200 and not got.errors, got.lines[-3:]
         assert got.lines[-1] == "data: [DONE]"
         assert got.text == want.text  # resumed where it was: no token twice, none missing, none different
         assert got.completion_tokens == want.completion_tokens == MAX_TOKENS[server.backend]
-    assert late_status == 200  # admitted while the model restarted: it waited
+    assert run.plain == uninterrupted.plain  # the same token ids, all 200
+    assert run.late_status == 200  # admitted while the model restarted: it waited
     wait_healthy(server)
     with server.client() as client:
         metrics = client.get("/metrics").text
@@ -141,12 +158,13 @@ def no_restart_server(tmp_path_factory: pytest.TempPathFactory, hash_server: Ser
 def test_without_a_restart_in_flight_requests_fail_with_503(no_restart_server: Served):
     server = no_restart_server
     pid = next(w["pid"] for w in server.state()["workers"] if w["model"] == 1)
-    results, late_status = asyncio.run(streams(server, kill_pid=pid))
-    assert late_status == 503
-    for got in results:
+    run = asyncio.run(streams(server, kill_pid=pid))
+    assert run.late_status == 503
+    for got in run.streams:
         assert got.status == 200 and got.lines[-1] == "data: [DONE]"
         if got.errors:
             assert got.errors[0]["error"]["code"] == 503 and "restarts disabled" in got.errors[0]["error"]["message"]
-    assert sum(1 for r in results if r.errors) >= NUM_STREAMS // 2
+    assert sum(1 for r in run.streams if r.errors) >= NUM_STREAMS // 2
+    assert {status for status, _ in run.plain} <= {200, 503}
     with server.client() as client:
         assert client.get("/health").status_code == 503
