@@ -41,6 +41,11 @@ def quality(
         False, "--save-operating-point", help="With --target-accuracy: store the point in the operating points file."
     ),
     from_json: Path | None = typer.Option(None, "--from", help="Pick operating points from this results JSON."),
+    probe_contains: str | None = typer.Option(
+        None,
+        "--probe-contains",
+        help="With --target-accuracy: the point's answer to the demo question must contain this.",
+    ),
     eval_set: Path | None = typer.Option(
         None, "--eval-set", help="Questions (JSONL) (default: the packaged eval_qa.jsonl)."
     ),
@@ -81,7 +86,7 @@ def quality(
         written = write_outputs(doc, out or _docs_dir())
         typer.echo("wrote " + ", ".join(str(p) for p in written))
     if target_accuracy is not None:
-        _pick(doc, programs, target_accuracy, save_operating_point)
+        _pick(doc, programs, target_accuracy, save_operating_point, probe_contains)
 
 
 def _check(target: float | None, save: bool, max_tokens: int, concurrency: int, num_questions: int | None) -> None:
@@ -96,16 +101,18 @@ def _check(target: float | None, save: bool, max_tokens: int, concurrency: int, 
         fail(f"--questions: must be >= 1, got {num_questions}")
 
 
-def _pick(doc: dict, programs: list[str], target: float, save: bool) -> None:  # type: ignore[type-arg]
+def _pick(doc: dict, programs: list[str], target: float, save: bool, probe: str | None) -> None:  # type: ignore[type-arg]
     from trserve.quality.report import cheapest, operating_point
     from trserve.quality.run import OPERATING_POINTS, save_operating_point
 
     for name in programs:
-        row = cheapest(doc["rows"], name, target)
+        row = cheapest(doc["rows"], name, target, probe)
         if row is None:
-            typer.echo(f"{name}: no swept parameters reach {target:.0%} of large-only's accuracy")
+            also = f" with {probe!r} in the demo answer" if probe else ""
+            typer.echo(f"{name}: no swept parameters reach {target:.0%} of large-only's accuracy{also}")
             continue
         point = operating_point(row, target, doc["command"])
+        point["probe_answers"] = row.get("probe_answers", {})
         typer.echo(
             f"{name}: {point['params']} reaches {point['relative_accuracy']:.1%} of large-only's accuracy "
             f"(accuracy {point['accuracy']:.1%}) with {point['large_share']:.1%} of the tokens on the large model"

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,9 @@ from trserve.config import ServeConfig
 from trserve.crossval.harness import CrossvalFrontEnd, crossval_server
 from trserve.engine.tokenizer import Tokenizer
 from trserve.runtime.runspec import resolve_model_path
+from trserve.server.launch import LaunchError
+
+log = logging.getLogger(__name__)
 
 GREEDY: dict[str, Any] = {"temperature": 0.0, "top_p": 1.0, "seed": None}
 
@@ -47,9 +51,16 @@ class AnswerServer:
         return self.tokenizer.encode_chat([{"role": "user", "content": prompt}])
 
     async def answer(
-        self, program: str, params: Mapping[str, Any], prompts: Sequence[str], max_tokens: int, concurrency: int
+        self,
+        program: str,
+        params: Mapping[str, Any],
+        prompts: Sequence[str],
+        max_tokens: int,
+        concurrency: int,
+        timeout_s: float = 900.0,
     ) -> list[Answer]:
-        """Answer every prompt (greedy, ``concurrency`` in flight) with ``program(**params)`` on every model."""
+        """Answer every prompt (greedy, ``concurrency`` in flight) with ``program(**params)`` on every model;
+        TimeoutError after ``timeout_s`` (a stuck run must not hold the measurement lock)."""
         n = self.cfg.num_models
         for m in range(n):
             await self.frontend.reconfigure(m, program=PROGRAMS.create(program, m, n, **dict(params)))
@@ -59,7 +70,7 @@ class AnswerServer:
             async with limit:
                 return await self._one(self.encode(prompt), max_tokens)
 
-        return list(await asyncio.gather(*(one(p) for p in prompts)))
+        return list(await asyncio.wait_for(asyncio.gather(*(one(p) for p in prompts)), timeout_s))
 
     async def _one(self, ids: list[int], max_tokens: int) -> Answer:
         rid = f"quality-{next(self._ids)}"
@@ -78,7 +89,25 @@ class AnswerServer:
 
 
 @asynccontextmanager
-async def answer_server(cfg: ServeConfig) -> AsyncIterator[AnswerServer]:
-    """Start the routed server of ``cfg`` (every routing signal on) for :class:`AnswerServer`; stop it on exit."""
-    async with crossval_server(cfg) as frontend:
-        yield AnswerServer(cfg, frontend)
+async def answer_server(
+    cfg: ServeConfig, attempts: int = 3, startup_timeout_s: float = 180.0
+) -> AsyncIterator[AnswerServer]:
+    """Start the routed server of ``cfg`` (every routing signal on) for :class:`AnswerServer`; stop it on exit.
+
+    A start that is not ready within ``startup_timeout_s`` is retried (``attempts`` in all): on the shared 2-core
+    machine a start now and then never reported ready, while the next one took 20 s."""
+    server = cfg.server.model_copy(update={"startup_timeout_s": min(startup_timeout_s, cfg.server.startup_timeout_s)})
+    quick = cfg.model_copy(update={"server": server})
+    for attempt in range(1, attempts + 1):
+        stack = AsyncExitStack()
+        try:
+            frontend = await stack.enter_async_context(crossval_server(quick))
+        except LaunchError as exc:
+            await stack.aclose()
+            if attempt == attempts:
+                raise
+            log.warning("quality: server start %d of %d failed, retrying: %s", attempt, attempts, exc)
+            continue
+        async with stack:
+            yield AnswerServer(cfg, frontend)
+        return

@@ -29,10 +29,19 @@ def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def cheapest(rows: Sequence[Mapping[str, Any]], program: str, target: float) -> Mapping[str, Any] | None:
+def cheapest(
+    rows: Sequence[Mapping[str, Any]], program: str, target: float, probe_contains: str | None = None
+) -> Mapping[str, Any] | None:
     """The point of ``program`` with the smallest large-model share whose accuracy relative to large-only reaches
-    ``target`` (ties: the more accurate); None when no point does."""
-    fits = [r for r in rows if r["name"] == program and r["relative_accuracy"] >= target]
+    ``target`` (ties: the more accurate) and, given ``probe_contains``, whose every probe answer contains it; None
+    when no point does."""
+    fits = [
+        r
+        for r in rows
+        if r["name"] == program
+        and r["relative_accuracy"] >= target
+        and (probe_contains is None or all(probe_contains in a for a in r.get("probe_answers", {}).values()))
+    ]
     return min(fits, key=lambda r: (r["large_share"], -r["accuracy"])) if fits else None
 
 
