@@ -135,3 +135,29 @@ def test_simulate_reads_latency_tables_like_the_throughput_command():
 def test_sweep_rejects_bad_grids(tmp_path):
     result = run("sweep", "--thresholds", "5,5", "--concurrency", "2", "--out", tmp_path)
     assert result.exit_code == 2 and "no feasible threshold vector" in result.stderr
+
+
+ROOFLINE_PAIR = "roofline:a100-80g:DeepSeek-R1-Distill-Qwen-1.5B,roofline:a100-80g:DeepSeek-R1-Distill-Qwen-32B:tp2"
+
+
+def test_roofline_latencies_from_the_flags_match_the_python_api():
+    from trsim import simulate
+    from trsim.build import markov_config
+    from trsim.roofline import parse_roofline_spec
+
+    args = ("--latency-ms", ROOFLINE_PAIR, "--concurrency", "4", "--thresholds", "1,2", "--tokens", "3000")
+    result = run("simulate", *args, "--json")
+    assert result.exit_code == 0, result.output
+    models = [parse_roofline_spec(s) for s in ROOFLINE_PAIR.split(",")]
+    config = markov_config([[0.65, 0.35], [1.0, 0.0]], [[1.0, 0.0], [1.0, 0.0]], models, [1, 2], concurrency=4)
+    direct = simulate(config, tokens=3000)
+    assert json.loads(result.stdout)["throughput_tok_s"] == pytest.approx(direct.throughput_tok_s)
+    optimized = run("optimize", "--latency-ms", ROOFLINE_PAIR, "--concurrency", "4", "--json")
+    assert optimized.exit_code == 0, optimized.output
+    assert json.loads(optimized.stdout)["throughput_tok_s"] > 0
+
+
+def test_bad_roofline_spec_is_one_line():
+    result = run("simulate", "--latency-ms", "roofline:a100-80g:nope,6", "--tokens", "100")
+    assert result.exit_code == 2 and "unknown shape 'nope'" in result.output
+    assert len(result.output.strip().splitlines()) == 1

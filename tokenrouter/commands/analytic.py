@@ -43,7 +43,8 @@ C_OPTION = typer.Option(opt.DEFAULT_C, "--C", help="Committed tokens per request
 LATENCY_OPTION = typer.Option(
     opt.DEFAULT_LATENCY_MS,
     "--latency-ms",
-    help="Step latency per model in ms: '6.0,27.9', or JSON with per model a number or a list by batch size - 1.",
+    help="Step latency per model in ms: '6.0,27.9', JSON with per model a number or a list by batch size - 1, or "
+    "roofline specs, comma-separated: 'roofline:a100-80g:DeepSeek-R1-Distill-Qwen-32B:tp2' (tokenrouter latency).",
 )
 QUANTUM_OPTION = typer.Option("0.1", "--quantum-ms", help="Time grid in ms; latencies are rounded to it.")
 CONCURRENCY_OPTION = typer.Option(str(opt.DEFAULT_CONCURRENCY), "--concurrency", help="Closed-loop requests N.")
@@ -129,10 +130,26 @@ def _model(
     return model, num_requests
 
 
-def parse_latency_spec(text: str, num_models: int, quantum_ms: float) -> list[float | list[float]]:
-    """Per-model latencies in ms (``6.0,27.9`` or JSON with numbers or lists by batch size - 1), in seconds."""
+#: Batch sizes a roofline entry is tabulated for in the throughput model (larger batches use the last entry), and
+#: the context per request it is read at (the roofline's own reference point, docs/planning.md).
+ROOFLINE_TABLE_SIZE = 256
+ROOFLINE_CONTEXT = 1024
+
+
+def parse_latency_spec(
+    text: str, num_models: int, quantum_ms: float, as_models: bool = False
+) -> list[float | list[float] | Any]:
+    """Per-model latencies in ms (``6.0,27.9`` or JSON with numbers or lists by batch size - 1), in seconds; an
+    entry may also be a roofline spec (``roofline:a100-80g:DeepSeek-R1-Distill-Qwen-32B:tp2``): the model itself
+    when ``as_models`` (the simulator reads its context and extend terms), else its table by batch size at
+    :data:`ROOFLINE_CONTEXT` tokens of context per request."""
     option = "--latency-ms"
     text = text.strip()
+    if "roofline:" in text and not text.startswith("["):
+        entries = [e.strip() for e in text.split(",")]
+        if len(entries) != num_models:
+            raise ConfigError(option, f"needs {num_models} entries (one per model, like P), got {len(entries)}")
+        return [_roofline_or_number(e, i, quantum_ms, as_models) for i, e in enumerate(entries)]
     if text.startswith("["):
         try:
             raw = json.loads(text)
@@ -146,6 +163,18 @@ def parse_latency_spec(text: str, num_models: int, quantum_ms: float) -> list[fl
     if len(entries) != num_models:
         raise ConfigError(option, f"needs {num_models} entries (one per model, like P), got {len(entries)}")
     return [_latency_entry(entry, i, quantum_ms) for i, entry in enumerate(entries)]
+
+
+def _roofline_or_number(entry: str, model: int, quantum_ms: float, as_models: bool) -> float | list[float] | Any:
+    if not entry.startswith("roofline:"):
+        return _latency_entry(opt.parse_vector(entry, "--latency-ms")[0], model, quantum_ms)
+    from trsim.roofline import parse_roofline_spec
+
+    roofline = parse_roofline_spec(entry)
+    if as_models:
+        return roofline
+    table = [1000 * roofline.predict(b, b * ROOFLINE_CONTEXT, 0) for b in range(1, ROOFLINE_TABLE_SIZE + 1)]
+    return _latency_entry(table, model, quantum_ms)
 
 
 def _latency_entry(entry: object, model: int, quantum_ms: float) -> float | list[float]:

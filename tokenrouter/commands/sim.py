@@ -27,18 +27,24 @@ def _flag_config(
     from tokenrouter.commands.analytic import parse_latency_spec
     from trcore.routers import validate_keep_matrix, validate_matrix
     from trsim.build import markov_config
-    from trsim.latency import ConstantModel, LatencyModel, TableModel
+    from trsim.latency import LatencyModel
 
     p = opt.parse_matrix(P or opt.DEFAULT_P, "--P")
     c = opt.parse_matrix(C or opt.DEFAULT_C, "--C")
     num_models = opt.check_same_size([p, c], ["--P", "--C"])
     validate_matrix("--P", p, num_models, stochastic=True)
     validate_keep_matrix(c, num_models, name="--C")  # as `tokenrouter throughput` does
-    entries = parse_latency_spec(latency_ms or opt.DEFAULT_LATENCY_MS, num_models, quantum_ms or 1e-6)
-    latency: list[LatencyModel] = [
-        TableModel(list(range(1, len(e) + 1)), e) if isinstance(e, list) else ConstantModel(e) for e in entries
-    ]
+    entries = parse_latency_spec(latency_ms or opt.DEFAULT_LATENCY_MS, num_models, quantum_ms or 1e-6, as_models=True)
+    latency: list[LatencyModel] = [_latency_model(e) for e in entries]
     return markov_config(p, c, latency, workload=workload, concurrency=opt.DEFAULT_CONCURRENCY)
+
+
+def _latency_model(entry: Any) -> Any:
+    from trsim.latency import ConstantModel, LatencyModel, TableModel
+
+    if isinstance(entry, LatencyModel):
+        return entry
+    return TableModel(list(range(1, len(entry) + 1)), entry) if isinstance(entry, list) else ConstantModel(entry)
 
 
 def _scenario_config(path: Path) -> tuple[SimConfig, Any]:
