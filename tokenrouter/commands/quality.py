@@ -46,6 +46,7 @@ def quality(
         "--probe-contains",
         help="With --target-accuracy: the point's answer to the demo question must contain this.",
     ),
+    points: str = typer.Option("", "--points", help="Extra points: 'rstitch:tau=1,tau_back=0;r2r:threshold=0.3'."),
     eval_set: Path | None = typer.Option(
         None, "--eval-set", help="Questions (JSONL) (default: the packaged eval_qa.jsonl)."
     ),
@@ -66,7 +67,7 @@ def quality(
     from trserve.quality.evalset import EVAL_SET, load_questions
     from trserve.quality.report import write_outputs
     from trserve.quality.run import measure_quality
-    from trserve.quality.sweep import grid_points
+    from trserve.quality.sweep import grid_points, parse_points
 
     programs = [p.strip() for p in program.split(",") if p.strip()]
     for name in programs:
@@ -81,7 +82,9 @@ def quality(
         path = eval_set or EVAL_SET
         questions = load_questions(path)[:num_questions]
         cfg = _load(config, None, None)
-        doc = measure_quality(cfg, questions, grid_points(programs), max_tokens=max_tokens, concurrency=concurrency,
+        swept = sorted(grid_points(programs) + parse_points(points), key=lambda p: (programs.index(p.program)
+                       if p.program in programs else len(programs), sorted(p.params.items())))  # fmt: skip
+        doc = measure_quality(cfg, questions, swept, max_tokens=max_tokens, concurrency=concurrency,
                               command=_command(), progress=_say, eval_set=path, probes=DEMO_PROBES)  # fmt: skip
         written = write_outputs(doc, out or _docs_dir())
         typer.echo("wrote " + ", ".join(str(p) for p in written))

@@ -21,17 +21,19 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from trcore.errors import ConfigError
-from trserve.server.defaults import LOCAL_PAIR_RSTITCH
+from trserve.server.defaults import operating_point
 
 SYSTEMS = (
     "tokenrouter", "tokenrouter-b1", "tokenrouter-bstar", "tokenrouter-readmit", "lockstep", "per-token", "llm-only"
 )  # fmt: skip
 #: Systems whose thresholds come from the throughput model's optimizer (``tokenrouter-bstar``: without min gain).
 OPTIMIZED = ("tokenrouter", "tokenrouter-bstar", "tokenrouter-readmit")
-#: Router parameters giving about 10-35% large-model tokens on the local pair (measured fraction is reported).
+#: Router parameters: rstitch and r2r at their committed operating points (``tokenrouter quality``, the cheapest
+#: swept parameters reaching the target share of large-only's accuracy; share and accuracy in
+#: trserve/data/operating_points.json).
 ROUTER_PARAMS: dict[str, dict[str, Any]] = {
-    "rstitch": dict(LOCAL_PAIR_RSTITCH),
-    "r2r": {},
+    "rstitch": dict(operating_point("rstitch")["params"]),
+    "r2r": dict(operating_point("r2r")["params"]),
     #: A synthetic router (``P``, ``C``, ``seed``): its parameters come from the base config (e.g.
     #: configs/emulated-r2r-a100.yaml), which must route with ``markov``.
     "markov": {},

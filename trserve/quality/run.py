@@ -11,15 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from trserve.config import ServeConfig
-from trserve.paths import PACKAGE_DIR
 from trserve.quality.evalset import EVAL_SET, Filtered, Question, filter_candidates
 from trserve.quality.generate import answer_server
 from trserve.quality.score import LargeScorer
 from trserve.quality.sweep import ENDPOINTS, Progress, SweepPoint, run_sweep
 from trserve.runtime.runspec import resolve_model_path
-
-#: The committed operating points (program, parameters, measured share and accuracy, the command).
-OPERATING_POINTS = PACKAGE_DIR / "data" / "operating_points.json"
+from trserve.server.defaults import OPERATING_POINTS, load_operating_points
 
 
 def build_set(cfg: ServeConfig, candidates: Sequence[Question], max_tokens: int, concurrency: int) -> Filtered:
@@ -77,14 +74,6 @@ def measure_quality(
         },
         "rows": rows,
     }
-
-
-def load_operating_points(path: Path = OPERATING_POINTS) -> dict[str, Any]:
-    """The committed operating points, keyed by program."""
-    if not path.exists():
-        return {}
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data
 
 
 def save_operating_point(point: dict[str, Any], path: Path = OPERATING_POINTS) -> None:

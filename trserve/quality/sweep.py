@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from trcore.errors import ConfigError
 from trserve.quality.evalset import Question, is_correct, normalize
 from trserve.quality.generate import Answer, AnswerServer
 from trserve.quality.score import LargeScorer
@@ -55,6 +56,23 @@ def grid_points(
             if program == "rstitch":
                 params["tau_back"] = max(0.0, value - 1.0)
             points.append(SweepPoint(program, program, params))
+    return points
+
+
+def parse_points(text: str) -> list[SweepPoint]:
+    """Extra points written ``program:key=value,key=value;program:...`` (e.g. ``rstitch:tau=1,tau_back=0``)."""
+    points = []
+    for item in (t.strip() for t in text.split(";")):
+        if not item:
+            continue
+        program, _, body = item.partition(":")
+        if program not in DEFAULT_GRID:
+            raise ConfigError("--points", f"unknown program {program!r} in {item!r}; valid: {', '.join(DEFAULT_GRID)}")
+        try:
+            params = {k.strip(): float(v) for k, v in (kv.split("=") for kv in body.split(",") if kv.strip())}
+        except ValueError:
+            raise ConfigError("--points", f"expected key=number pairs after '{program}:', got {item!r}") from None
+        points.append(SweepPoint(program, program, params))
     return points
 
 

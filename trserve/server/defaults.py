@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from trcore import PROGRAMS
+from trcore.errors import ConfigError
 from trserve.config import ServeConfig
+from trserve.paths import PACKAGE_DIR
 
 log = logging.getLogger(__name__)
 
@@ -16,6 +20,32 @@ log = logging.getLogger(__name__)
 #: over the bench's eight prompts x 32 greedy tokens (``benchmarks/tune_rstitch.py``) put 20% of the tokens on the
 #: large model with plain prompts and 29% with chat-formatted ones (the aim is 10-35%).
 LOCAL_PAIR_RSTITCH: dict[str, float] = {"tau": 6.0, "tau_back": 5.0}
+
+#: Operating points measured by ``tokenrouter quality`` on the held-out question set, keyed by program: parameters,
+#: large-model token share, accuracy, and the command that made them (docs/quality.md).
+OPERATING_POINTS = PACKAGE_DIR / "data" / "operating_points.json"
+#: The default config's routing program; its parameters are its committed operating point.
+DEFAULT_PROGRAM = "rstitch"
+
+
+def load_operating_points(path: Path = OPERATING_POINTS) -> dict[str, Any]:
+    """The committed operating points, keyed by program (empty when the file is absent)."""
+    data: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    return data
+
+
+def operating_point(program: str, path: Path = OPERATING_POINTS) -> dict[str, Any]:
+    """The committed operating point of ``program``; a ConfigError says how to make one when there is none."""
+    points = load_operating_points(path)
+    if program not in points:
+        raise ConfigError(
+            "operating_points",
+            f"no operating point for {program!r} in {path}; make one with `tokenrouter quality --program "
+            f"{program} --target-accuracy 0.9 --save-operating-point`",
+        )
+    point: dict[str, Any] = points[program]
+    return point
+
 
 #: Model 0 (entry) is the small layer-cut model, model 1 the full SmolLM2-135M-Instruct.
 DEFAULT_CONFIG: dict[str, Any] = {
@@ -42,7 +72,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
         },
     ],
     "entry_model": 0,
-    "router": {"program": "rstitch", "params": dict(LOCAL_PAIR_RSTITCH)},
+    "router": {"program": DEFAULT_PROGRAM, "params": dict(operating_point(DEFAULT_PROGRAM)["params"])},
     "batching": {"thresholds": [1, 1], "max_wait_ms": 20.0},
     "server": {"host": "127.0.0.1", "port": 8000, "served_model_name": "tokenrouter"},
 }
@@ -58,7 +88,11 @@ def default_config(report: Callable[[str], None] | None = None) -> ServeConfig:
     say = report or log.info
     data = dict(DEFAULT_CONFIG)
     if "rstitch" in PROGRAMS.names():
-        say(f"default config: router rstitch {LOCAL_PAIR_RSTITCH} (entropy thresholds tuned for the local pair)")
+        point = operating_point(DEFAULT_PROGRAM)
+        say(
+            f"default config: router rstitch {point['params']} (operating point: {point['large_share']:.0%} of "
+            f"tokens on the large model, accuracy {point['relative_accuracy']:.0%} of large-only's)"
+        )
     else:
         data["router"] = MARKOV_FALLBACK
         say(

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 
 from trserve.config import ServeConfig, dump_config
+from trserve.server.defaults import load_operating_points
 from trserve.server.process import ServerProcess
 from trserve.server.serve import api_key_of
 
@@ -103,6 +104,7 @@ def _run(
         f"demo: {len(answers)} requests, {tokens} output tokens in {wall:.2f} s = {tokens / wall:.1f} tok/s "
         f"(concurrency {concurrency})"
     )
+    report(operating_point_line(cfg))
     by_model = _metric_sums(metrics, "tokenrouter_tokens_total")
     handoffs = _metric_sums(metrics, "tokenrouter_handoffs_total")
     for model, count in by_model.items():
@@ -110,3 +112,17 @@ def _run(
     sample = answers[0]["choices"][0]["message"]["content"]  # type: ignore[index]
     report(f"demo: sample answer to {PROMPTS[0]!r}: {sample!r}")
     return 0
+
+
+def operating_point_line(cfg: ServeConfig) -> str:
+    """Where the config's router stands on answer quality: its committed operating point (``tokenrouter quality``)
+    when the config routes with exactly its parameters."""
+    router = cfg.router
+    point = load_operating_points().get(router.program)
+    if point is None or dict(point["params"]) != dict(router.params):
+        return f"demo: router {router.program} {dict(router.params)}: no measured operating point (tokenrouter quality)"
+    return (
+        f"demo: operating point {router.program} {point['params']}: {point['large_share']:.1%} of tokens on the "
+        f"large model, accuracy {point['accuracy']:.1%} ({point['relative_accuracy']:.0%} of large-only's) on the "
+        "held-out questions"
+    )
