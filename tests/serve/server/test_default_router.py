@@ -8,7 +8,7 @@ def test_default_config_names_its_router():
     lines: list[str] = []
     cfg = defaults.default_config(report=lines.append)
     assert cfg.router.program == "rstitch"
-    assert len(lines) == 1 and "router rstitch" in lines[0] and "tuned for the local pair" in lines[0]
+    assert len(lines) == 1 and "router rstitch" in lines[0] and "operating point" in lines[0]
 
 
 def test_fallback_to_markov_says_why(monkeypatch):
