@@ -54,7 +54,7 @@ def quality(
     max_tokens: int = typer.Option(24, "--max-tokens", help="Output tokens per answer at most (greedy)."),
     concurrency: int = typer.Option(16, "--concurrency", help="Requests in flight."),
     out: Path | None = typer.Option(
-        None, "--out", help="Output folder for quality.json/.md/.png (default: docs/quality)."
+        None, "--out", help="Output folder (default: docs/quality for every program, else ./quality-<programs>)."
     ),
     config: Path | None = typer.Option(None, "--config", "-c", help="Serve config (YAML); default: the local pair."),
 ) -> None:
@@ -86,7 +86,9 @@ def quality(
                        if p.program in programs else len(programs), sorted(p.params.items())))  # fmt: skip
         doc = measure_quality(cfg, questions, swept, max_tokens=max_tokens, concurrency=concurrency,
                               command=_command(), progress=_say, eval_set=path, probes=DEMO_PROBES)  # fmt: skip
-        written = write_outputs(doc, out or _docs_dir())
+        # Only the full sweep replaces the committed results; a partial one goes to ./quality-<programs>/.
+        default_out = _docs_dir() if programs == list(PROGRAM_NAMES) else Path("quality-" + "-".join(programs))
+        written = write_outputs(doc, out or default_out)
         typer.echo("wrote " + ", ".join(str(p) for p in written))
     if target_accuracy is not None:
         _pick(doc, programs, target_accuracy, save_operating_point, probe_contains)
