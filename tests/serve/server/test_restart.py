@@ -52,9 +52,10 @@ class Streamed:
 
 
 def body(server: Served, i: int, **extra: object) -> dict:
+    """Request ``i``; its hand-off decisions are keyed by ``i``, not its random id, so every run routes it alike."""
     return {"model": MODEL, "prompt": f"Story {i}: once upon a time", "max_tokens": MAX_TOKENS[server.backend],
             "temperature": 0, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
-            "routing_extra": {"handoff_prob": 0.3}, **extra}  # fmt: skip
+            "routing_extra": {"handoff_prob": 0.3, "decision_key": f"request-{i}"}, **extra}  # fmt: skip
 
 
 @dataclass
