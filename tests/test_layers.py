@@ -198,3 +198,17 @@ def function_local_project_imports(root: Path = ROOT) -> list[str]:
 
 def test_trserve_imports_project_modules_at_module_level() -> None:
     assert function_local_project_imports() == []
+
+
+def test_the_server_and_cli_import_no_engine_library() -> None:
+    """The front end's process imports the worker module (to validate programs) but never starts an engine: it
+    must not pay for, or print the warnings of, importing vLLM, torch or transformers."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, tokenrouter.cli, trserve.server.serve; "
+        "print(sorted(m for m in ('vllm', 'torch', 'transformers') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"

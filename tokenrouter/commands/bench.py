@@ -8,6 +8,7 @@ import typer
 
 from tokenrouter.errors import cli_errors
 from trcore.errors import ConfigError
+from trserve.bench.systems import SYSTEMS
 
 
 def _ints(text: str, field: str) -> tuple[int, ...]:
@@ -27,9 +28,7 @@ def _names(text: str) -> tuple[str, ...]:
 @cli_errors
 def bench(
     config: Path | None = typer.Option(None, "--config", "-c", help="Base serve config (YAML); default: local pair."),
-    systems: str = typer.Option(
-        "tokenrouter,tokenrouter-b1,tokenrouter-readmit,lockstep,per-token,llm-only", help="Systems to compare."
-    ),
+    systems: str = typer.Option(",".join(SYSTEMS), help="Systems to compare."),
     routers: str = typer.Option("rstitch,r2r", help="Routing programs."),
     concurrency: str = typer.Option("1,4,8,16", "--concurrency", "-n", help="Closed-loop concurrencies N."),
     repetitions: int = typer.Option(3, min=1, help="Measured windows per system, router and N."),

@@ -12,10 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
-from vllm.v1.sample.logits_processor.builtin import process_dict_updates
-
 #: Key under ``SamplingParams.extra_args`` that carries the engine-level request id.
 REQUEST_ID_KEY = "trserve_request_id"
 
@@ -31,25 +27,31 @@ class EntropySink:
         return out
 
 
-class EntropyRecorder(LogitsProcessor):
-    """Records per-request entropy of the raw logits; never changes them.
+class EntropyRecorder:
+    """Records per-request entropy of the raw logits; never changes them. The vLLM ``LogitsProcessor`` base is
+    added by :func:`entropy_recorder_for`, so importing this module imports neither vLLM nor torch (the server
+    process imports it through the worker module without ever starting an engine).
 
     Declared not argmax-invariant on purpose: vLLM skips argmax-invariant processors for greedy batches, and
-    greedy batches need their entropy too. Subclass per engine with :func:`entropy_recorder_for`.
+    greedy batches need their entropy too.
     """
 
     sink: EntropySink  # set on the per-engine subclass
 
-    def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
+    def __init__(self, vllm_config: Any, device: Any, is_pin_memory: bool) -> None:
         self.rows: dict[int, str] = {}
 
     def is_argmax_invariant(self) -> bool:
         return False
 
-    def update_state(self, batch_update: BatchUpdate | None) -> None:
+    def update_state(self, batch_update: Any) -> None:
+        from vllm.v1.sample.logits_processor.builtin import process_dict_updates
+
         process_dict_updates(self.rows, batch_update, _request_id_of)
 
-    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+    def apply(self, logits: Any) -> Any:
+        import torch
+
         logprobs = torch.log_softmax(logits.float(), dim=-1)
         # 0 * -inf is nan for masked tokens; they carry no probability, so they add nothing.
         entropy = -torch.nan_to_num(logprobs.exp() * logprobs, nan=0.0).sum(dim=-1)
@@ -65,8 +67,11 @@ def _request_id_of(params: Any, prompt_ids: list[int] | None, output_ids: list[i
 
 
 def entropy_recorder_for(sink: EntropySink) -> type[EntropyRecorder]:
-    """A recorder class bound to ``sink`` (vLLM instantiates processors itself, so the sink rides on the class)."""
-    return type("BoundEntropyRecorder", (EntropyRecorder,), {"sink": sink})
+    """A vLLM logits-processor class bound to ``sink`` (vLLM instantiates processors itself, so the sink rides on
+    the class)."""
+    from vllm.v1.sample.logits_processor import LogitsProcessor
+
+    return type("BoundEntropyRecorder", (EntropyRecorder, LogitsProcessor), {"sink": sink})
 
 
 def top_logprobs_of(logprobs: Any, k: int) -> tuple[dict[int, float], float | None]:

@@ -21,6 +21,7 @@ from trcore import RequestSpec
 from trcore.program import PROGRAMS, RoutingProgram
 from trserve.config import ServeConfig
 from trserve.frontend.api_models import SamplingFields
+from trserve.runtime.messages import INCARNATION
 
 #: Largest ``routing_extra`` (as compact JSON) and most keys a request may bring; it travels with every hand-off.
 MAX_ROUTING_EXTRA_BYTES = 4096
@@ -131,6 +132,8 @@ def check_extras(body: SamplingFields) -> None:
     if body.return_token_ids and body.stream:
         raise Refused("return_token_ids", "only supported without stream")
     extra = body.routing_extra or {}
+    if INCARNATION in extra:
+        raise Refused("routing_extra", f"routing_extra.{INCARNATION} is the server's own key (crash recovery)")
     try:
         size = len(json.dumps(extra, separators=(",", ":")))
     except (ValueError, RecursionError):
