@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from trcore.errors import ConfigError
+from trcore.errors import ConfigError, NotIrreducibleError
 from trcore.throughput import OptimizeResult, ThroughputModel
 from trserve.bench.client import metric_delta
 from trserve.config import EmulatedConfig
@@ -183,11 +183,16 @@ def line_table(line: tuple[float, float], max_batch: int) -> list[float]:
     return [intercept + slope * b for b in range(1, max_batch + 1)]
 
 
-def model_prediction(P: Matrix, C: Matrix, tables: Tables, concurrency: int, thresholds: Sequence[int]) -> float:
-    """Throughput (tok/s) the Markov-chain model gives ``thresholds`` at ``concurrency``."""
+def model_prediction(P: Matrix, C: Matrix, tables: Tables, concurrency: int, thresholds: Sequence[int]) -> float | None:
+    """Throughput (tok/s) the Markov-chain model gives ``thresholds`` at ``concurrency``; None when the routing
+    statistics make the chain reducible (e.g. a large model that never hands back): it has no single value."""
 
     cut = [t[:concurrency] for t in tables]
-    return float(ThroughputModel(P, C, cut, quantum_s=QUANTUM_S).solve(concurrency, list(thresholds)).throughput_tok_s)
+    try:
+        result = ThroughputModel(P, C, cut, quantum_s=QUANTUM_S).solve(concurrency, list(thresholds))
+    except NotIrreducibleError:
+        return None
+    return float(result.throughput_tok_s)
 
 
 #: A delayed-batching vector is used only when the model predicts it beats B = 1 by more than this (the model's

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from trcore.errors import NotIrreducibleError
 from trserve.bench import cpu, predict
 from trserve.bench.client import LoadResult, Workload, run_load
 from trserve.bench.direct import run_direct_process
@@ -149,7 +150,13 @@ class BenchRunner:
         pooled = _pool([s for c in b1 for s in c.stats])
         P, C = predict.routing_matrices(pooled)
         tables, source = self._tables(b1, self._model_names("tokenrouter-b1"), profiles=True)
-        results = predict.optimize_table(P, C, tables, self.plan.concurrencies, self.plan.min_gain)
+        try:
+            results = predict.optimize_table(P, C, tables, self.plan.concurrencies, self.plan.min_gain)
+        except NotIrreducibleError as exc:  # no throughput model for these statistics: run B = 1, predict nothing
+            ones = {n: [1] * len(tables) for n in self.plan.concurrencies}
+            self.display.learned(router, P, C, f"{source}; no model prediction: {exc}", ones)
+            return RouterState(P, C, tables, f"{source}; no model prediction: {exc}", ones, ones,
+                               {n: 0.0 for n in ones})  # fmt: skip
         optimized = {n: list(r.thresholds) for n, r in results.items()}
         free = {n: predict.unconstrained_best(r) for n, r in results.items()}
         self.display.learned(router, P, C, source, optimized)

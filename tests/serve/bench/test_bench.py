@@ -113,3 +113,17 @@ def test_small_bench_runs_every_system_on_real_engines(tmp_path: Path, prepared_
     assert doc["vllm_direct"]["throughput_tok_s"] > 0 and doc["targets"]["overhead"]["ratio"] > 0
     assert (out / "bench.png").stat().st_size > 10_000
     assert "| rstitch | tokenrouter | 2 |" in (out / "bench.md").read_text()
+
+
+def test_statistics_of_a_large_model_that_never_hands_back_give_no_model_prediction() -> None:
+    """rstitch with tau_back 0 keeps every visit on the large model: the chain is reducible, so the bench runs
+    B = 1 and prints "-" instead of crashing (it did, at N = 4, on the quality operating point)."""
+    from trcore.errors import NotIrreducibleError
+    from trserve.bench import predict
+
+    tables = [[0.03, 0.035, 0.04, 0.045], [0.06, 0.07, 0.08, 0.09]]
+    P, C = [[0.9, 0.1], [0.0, 1.0]], [[1.0, 0.0], [0.0, 1.0]]
+    assert predict.model_prediction(P, C, tables, 4, [1, 1]) == pytest.approx(4 / 0.09)  # all end on the LLM
+    assert predict.model_prediction(P, C, tables, 4, [2, 1]) is None  # a lone SLM request may wait forever
+    with pytest.raises(NotIrreducibleError):
+        predict.optimize_table(P, C, tables, [4])  # what the runner catches to fall back to B = 1
