@@ -114,11 +114,20 @@ def profile_table(model_name: str, tag: str, max_batch: int, extend: float = 0.0
     at the bench's context length with ``extend`` tokens per request fed beyond the decode token (re-admission
     recomputes the partial last KV block: on average half a block); None when no profile is committed."""
 
+    model = profile_model(model_name, tag)
+    if model is None:
+        return None
+    return [float(model.predict(b, b * BENCH_CONTEXT, round(b * extend))) for b in range(1, max_batch + 1)]
+
+
+def profile_model(model_name: str, tag: str) -> LatencyModel | None:
+    """The fitted latency model of ``model_name``'s profile under ``calibration/profiles/<tag>/`` (or the older
+    ``calibration/<tag>/``), checked against this machine; None when no profile is committed."""
     for base in (calibration_dir("profiles", tag), calibration_dir(tag)):
         path = base / f"{model_name}.json"
         if path.is_file():
-            model = latency_from_profile(checked_profile(path))
-            return [float(model.predict(b, b * BENCH_CONTEXT, round(b * extend))) for b in range(1, max_batch + 1)]
+            model: LatencyModel = latency_from_profile(checked_profile(path))
+            return model
     return None
 
 
@@ -132,14 +141,8 @@ def checked_profile(path: Path) -> Any:
 def profile_models(model_names: Sequence[str], tag: str) -> list[LatencyModel] | None:
     """Each model's fitted latency model from this machine's profiles (extend-aware: the profiles' preferred fit
     prices appended tokens), or None when any profile is missing."""
-    models = []
-    for name in model_names:
-        path = next((b / f"{name}.json" for b in (calibration_dir("profiles", tag), calibration_dir(tag))
-                     if (b / f"{name}.json").is_file()), None)  # fmt: skip
-        if path is None:
-            return None
-        models.append(latency_from_profile(checked_profile(path)))
-    return models
+    models = [profile_model(name, tag) for name in model_names]
+    return None if any(m is None for m in models) else [m for m in models if m is not None]
 
 
 def per_token_prediction(
