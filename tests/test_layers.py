@@ -3,6 +3,7 @@
 Every ``import`` statement counts, at module level or inside a function, under ``TYPE_CHECKING`` or not: a
 function-local import that dodges a cycle is still a cycle. Layers, lowest first: ``trcore`` <- ``trsim`` <-
 ``trserve`` <- ``tokenrouter``; inside ``trserve``: engine <- runtime <- frontend <- server <- tools.
+Ray is imported only where processes are placed on a cluster or simulator jobs sent to one (:data:`RAY_ALLOWED`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ HEAVY_ALLOWED = (
     "trserve.bench.direct",  # plain vLLM, the overhead reference
     "trserve.quality.score",  # the large model's log-probabilities of routed answers (transformers)
 )
+#: Where ray may be imported: the cluster room (the server without ``cluster:`` never loads it) and the simulator's
+#: Ray job runner (`sweep`/`plan` load it only with --ray-address: tests/sim/test_ray_jobs.py).
+RAY_ALLOWED = ("trserve.cluster", "trsim.ray_jobs")
 #: Heavy or optional libraries trcore must not import.
 CORE_FORBIDDEN = (*HEAVY, "simpy", "matplotlib", "zmq", "fastapi", "pydantic", "yaml", "rich", "typer")
 
@@ -119,6 +123,17 @@ def heavy_imports(root: Path = ROOT) -> list[str]:
     return sorted(set(bad))
 
 
+def ray_imports(root: Path = ROOT) -> list[str]:
+    """Imports of ray outside :data:`RAY_ALLOWED`."""
+    bad = []
+    for pkg in PACKAGES:
+        for path in (root / pkg).rglob("*.py"):
+            name = module_name(path, root)
+            if not any(name == a or name.startswith(a + ".") for a in RAY_ALLOWED):
+                bad += [f"{name} -> {m}" for m in imports_of(path, name) if m.split(".")[0] == "ray"]
+    return sorted(set(bad))
+
+
 def test_no_import_cycles() -> None:
     assert find_cycle(project_graph()) is None
 
@@ -129,6 +144,10 @@ def test_no_upward_imports() -> None:
 
 def test_heavy_libraries_only_where_allowed() -> None:
     assert heavy_imports() == []
+
+
+def test_ray_only_where_allowed() -> None:
+    assert ray_imports() == []
 
 
 def test_trserve_top_level_is_small() -> None:
@@ -146,6 +165,8 @@ def fake_tree(tmp_path: Path) -> Path:
         "trserve/engine/x.py": "from trserve.frontend.y import z\nimport vllm\n",
         "trserve/frontend/__init__.py": "",
         "trserve/frontend/y.py": "import torch\nz = 1\n",
+        "trsim/ray_jobs.py": "import ray\n",
+        "trsim/sweep.py": "def f():\n    from ray import remote\n",
         "trsim/__init__.py": "",
         "tokenrouter/__init__.py": "",
     }.items():
@@ -159,6 +180,7 @@ def test_checks_catch_a_cycle_an_upward_and_a_heavy_import(fake_tree: Path) -> N
     assert find_cycle(graph) in (["trcore.a", "trcore.b", "trcore.a"], ["trcore.b", "trcore.a", "trcore.b"])
     assert upward_imports(graph) == ["trserve.engine.x -> trserve.frontend.y"]
     assert heavy_imports(fake_tree) == ["trserve.frontend.y -> torch"]
+    assert ray_imports(fake_tree) == ["trsim.sweep -> ray", "trsim.sweep -> ray.remote"]
 
 
 def main_guarded_modules(root: Path = ROOT) -> set[str]:

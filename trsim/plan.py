@@ -13,7 +13,6 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -23,6 +22,7 @@ from trsim.build import markov_config
 from trsim.driver import simulate
 from trsim.hardware import load_hardware
 from trsim.lengths import constant
+from trsim.parallel import JobRunner, LocalRunner, run_jobs
 from trsim.placement import Placement, kv_capacity_tokens, latency_models, placements
 from trsim.roofline import RooflineModel
 from trsim.workload import ENDLESS, WorkloadConfig, preset
@@ -187,43 +187,36 @@ def mean_lengths(workload: WorkloadConfig, seed: int = 0, num: int = 2000) -> tu
     return sum(prompts) / num, sum(outputs) / num
 
 
-def _map(fn: Callable[..., Any], args: list[tuple[Any, ...]], workers: int, tick: Callable[[], None]) -> list[Any]:
-    if workers <= 1:
-        return [_tick(fn(*a), tick) for a in args]
-    with ProcessPoolExecutor(workers) as pool:
-        futures = [pool.submit(fn, *a) for a in args]
-        return [_tick(f.result(), tick) for f in futures]
+def _map(fn: Callable[..., Any], args: list[tuple[Any, ...]], runner: JobRunner, tick: Callable[[], None]) -> list[Any]:
+    return run_jobs(runner, fn, args, lambda _result: tick())
 
 
-def _tick(value: Any, tick: Callable[[], None]) -> Any:
-    tick()
-    return value
-
-
-def run_plan(cfg: PlanConfig, workers: int = 1, progress: Callable[[str, int], Callable[[], None]] | None = None
-             ) -> dict[str, Any]:  # fmt: skip
-    """The whole search; ``progress(stage, total)`` returns a callback ticked once per finished job."""
+def run_plan(cfg: PlanConfig, workers: int = 1, progress: Callable[[str, int], Callable[[], None]] | None = None,
+             runner: JobRunner | None = None) -> dict[str, Any]:  # fmt: skip
+    """The whole search, its jobs on ``runner`` (default: ``workers`` local processes); ``progress(stage,
+    total)`` returns a callback ticked once per finished job."""
     stage = progress or (lambda _name, _total: lambda: None)
+    runner = runner or LocalRunner(workers)
     clock, stage_s = time.perf_counter, {}
     found = feasible(cfg)
     if not found:
         raise ConfigError("--gpus", f"no placement of {list(cfg.models.values())} fits {cfg.num_gpus} {cfg.hardware}")
     start = clock()
-    rows = _map(closed_loop, [(cfg, p) for p in found], workers, stage("closed loop", len(found)))
+    rows = _map(closed_loop, [(cfg, p) for p in found], runner, stage("closed loop", len(found)))
     ranked = sorted((_best_point(r, cfg.min_gain) for r in rows if r["points"]), key=lambda r: -r["throughput_tok_s"])
     top = ranked[: cfg.confirm_top]
-    sims = _map(confirm, [(cfg, r) for r in top], workers, stage("confirm in simulator", len(top)))
+    sims = _map(confirm, [(cfg, r) for r in top], runner, stage("confirm in simulator", len(top)))
     for row, tok_s in zip(top, sims, strict=True):
         row["sim_throughput_tok_s"] = tok_s
     stage_s["closed_loop"], start = clock() - start, clock()
     if cfg.open_loop_top > 0:
-        _open_loop(cfg, ranked, workers, stage)
+        _open_loop(cfg, ranked, runner, stage)
     stage_s["open_loop"] = clock() - start
     report = _report(cfg, ranked, sorted(ranked, key=lambda r: -r["throughput_per_gpu_tok_s"]))
     return {**report, "stage_s": stage_s}
 
 
-def _open_loop(cfg: PlanConfig, ranked: list[dict[str, Any]], workers: int,
+def _open_loop(cfg: PlanConfig, ranked: list[dict[str, Any]], runner: JobRunner,
                stage: Callable[[str, int], Callable[[], None]]) -> None:  # fmt: skip
     """Bisect the Poisson capacity of the ``open_loop_top`` most promising pipelines and give it, times the
     replicas, to every placement built of them. Promise: one pipeline's best closed-loop throughput times the
@@ -234,7 +227,7 @@ def _open_loop(cfg: PlanConfig, ranked: list[dict[str, Any]], workers: int,
     singles.sort(key=lambda r: -r["throughput_tok_s"] * fits[id(r)])
     chosen = singles[: cfg.open_loop_top]
     args = [(cfg, r["placement"], r["throughput_tok_s"] / tokens) for r in chosen]
-    rates = _map(max_rate, args, workers, stage("open loop", len(args)))
+    rates = _map(max_rate, args, runner, stage("open loop", len(args)))
     found = {_pipeline(r["placement"]): rate for r, rate in zip(chosen, rates, strict=True)}
     for row in ranked:
         one = found.get(_pipeline(row["placement"]))

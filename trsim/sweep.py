@@ -1,16 +1,17 @@
-"""Threshold sweeps: a grid of (scenario, concurrency, thresholds) runs, in parallel worker processes."""
+"""Threshold sweeps: a grid of (scenario, concurrency, thresholds) runs, in parallel worker processes or as Ray
+tasks (``trsim.parallel``)."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from trcore import ConfigError
 from trsim.config import SimConfig
 from trsim.driver import simulate
+from trsim.parallel import JobRunner, LocalRunner, run_jobs
 
 
 @dataclass(frozen=True)
@@ -63,10 +64,6 @@ def run_point(config: SimConfig, point: SweepPoint, tokens: int, warmup_tokens: 
     return row
 
 
-def _run_packed(args: tuple[SimConfig, SweepPoint, int, int]) -> dict[str, Any]:
-    return run_point(*args)
-
-
 def run_sweep(
     configs: Mapping[str, SimConfig],
     points: Iterable[SweepPoint],
@@ -75,23 +72,12 @@ def run_sweep(
     jobs: int = 1,
     warmup_tokens: int = 0,
     on_done: Callable[[dict[str, Any]], None] | None = None,
+    runner: JobRunner | None = None,
 ) -> list[dict[str, Any]]:
-    """Run every point (``jobs`` worker processes; 1 runs in this process) and return rows in point order."""
+    """Run every point on ``runner`` (default: ``jobs`` local worker processes; 1 runs in this process) and
+    return rows in point order, the same rows wherever the points ran."""
     tasks = [(configs[p.scenario], p, tokens, warmup_tokens) for p in points]
-    rows: list[dict[str, Any] | None] = [None] * len(tasks)
-    if jobs <= 1:
-        for k, task in enumerate(tasks):
-            rows[k] = _run_packed(task)
-            if on_done:
-                on_done(rows[k])  # type: ignore[arg-type]
-    else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(_run_packed, task): k for k, task in enumerate(tasks)}
-            for future in as_completed(futures):
-                rows[futures[future]] = row = future.result()
-                if on_done:
-                    on_done(row)
-    return [r for r in rows if r is not None]
+    return run_jobs(runner or LocalRunner(jobs), run_point, tasks, on_done)
 
 
 def best_thresholds(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, int], tuple[int, ...]]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import typer
 
 from tokenrouter import options as opt
 from tokenrouter.errors import cli_errors
+from tokenrouter.jobs import RAY_ADDRESS_OPTION, job_runner
 from trcore.errors import ConfigError
 
 R2R_MODELS = "small=DeepSeek-R1-Distill-Qwen-1.5B,large=DeepSeek-R1-Distill-Qwen-32B"
@@ -79,6 +79,7 @@ def plan(
     workers: int = typer.Option(None, "--workers", "-j", help="Worker processes [CPU count]."),
     out: Path = typer.Option(None, "--out", help="Folder for plan.json and plan.png."),
     as_json: bool = JSON_OPTION,
+    ray_address: str = RAY_ADDRESS_OPTION,
 ) -> None:
     """Search placements (GPUs, tp, replicas, co-location), thresholds and concurrency for throughput, and the
     highest Poisson rate under a TPOT/TTFT p99 target; roofline step latencies (docs/planning.md)."""
@@ -106,7 +107,8 @@ def plan(
     if open_loop_top < 0 or open_run_s <= 0:
         raise ConfigError("--open-loop-top", "--open-loop-top must be >= 0 and --open-run-s > 0")
     _check_inputs(cfg)
-    result = _run_with_progress(cfg, workers or os.cpu_count() or 1, quiet=as_json)
+    with job_runner(workers, ray_address, "--workers") as runner:
+        result = _run_with_progress(cfg, runner, quiet=as_json)
     if out is not None:
         _write(result, out)
     if as_json:
@@ -150,7 +152,7 @@ def _check_inputs(cfg: Any) -> None:
     validate_matrix("--C", cfg.C, len(cfg.models), stochastic=False)
 
 
-def _run_with_progress(cfg: Any, workers: int, quiet: bool) -> dict[str, Any]:
+def _run_with_progress(cfg: Any, runner: Any, quiet: bool) -> dict[str, Any]:
     from rich.progress import Progress
 
     from trsim.plan import run_plan
@@ -162,9 +164,10 @@ def _run_with_progress(cfg: Any, workers: int, quiet: bool) -> dict[str, Any]:
             task = progress.add_task(name, total=total)
             return lambda: progress.advance(task)
 
-        result = run_plan(cfg, workers=workers, progress=stage)
+        result = run_plan(cfg, progress=stage, runner=runner)
     result["elapsed_s"] = time.perf_counter() - start
-    result["workers"] = workers
+    result["runner"] = runner.describe()
+    result["workers"] = result["runner"].get("workers", result["runner"].get("cpus"))
     return result
 
 

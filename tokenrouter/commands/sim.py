@@ -10,6 +10,7 @@ import typer
 
 from tokenrouter import options as opt
 from tokenrouter.errors import cli_errors
+from tokenrouter.jobs import RAY_ADDRESS_OPTION, job_runner
 from trcore.errors import ConfigError, NotIrreducibleError
 
 if TYPE_CHECKING:
@@ -196,10 +197,10 @@ def sweep(
     jobs: int = typer.Option(None, "--jobs", "-j", help="Worker processes [CPU count]."),
     out: Path = typer.Option(Path("out/sweep"), "--out", help="Folder for sweep.json and sweep.png."),
     with_model: bool = typer.Option(True, "--model/--no-model", help="Add the analytic model (flag systems)."),
+    ray_address: str = RAY_ADDRESS_OPTION,
 ) -> None:
-    """Sweep thresholds x concurrency x scenario in parallel; write JSON and a plot, print B* per point."""
-    import os
-
+    """Sweep thresholds x concurrency x scenario in parallel (local processes or a Ray cluster); write JSON and
+    a plot, print B* per point."""
     from rich.progress import Progress
 
     from trsim.plot import plot_sweep
@@ -213,15 +214,14 @@ def sweep(
         configs[spec.name if spec is not None else "flags"] = config
     num_models = next(iter(configs.values())).num_models
     points = grid(configs, concurrencies, opt.parse_threshold_grid(thresholds, num_models))
-    with Progress(transient=True) as progress:
+    with job_runner(jobs, ray_address, "--jobs") as runner, Progress(transient=True) as progress:
         task = progress.add_task(f"{len(points)} runs", total=len(points))
-        rows = run_sweep(
-            configs, points, tokens, jobs=jobs or os.cpu_count() or 1, on_done=lambda _row: progress.advance(task)
-        )
+        rows = run_sweep(configs, points, tokens, runner=runner, on_done=lambda _row: progress.advance(task))
     if with_model and scenario is None:
         _add_model(rows, P, C, latency_ms, quantum_ms)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "sweep.json").write_text(json.dumps({"points": rows, "tokens_per_run": tokens}, indent=1) + "\n")
+    result = {"points": rows, "tokens_per_run": tokens, "runner": runner.describe()}
+    (out / "sweep.json").write_text(json.dumps(result, indent=1) + "\n")
     plot_sweep(rows, out / "sweep.png")
     for (name, n), best in sorted(best_thresholds(rows).items()):
         typer.echo(f"{name} N={n}: best thresholds {','.join(map(str, best))}")
