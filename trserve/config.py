@@ -15,6 +15,8 @@ Mode = Literal["routed", "lockstep", "per-token"]
 Backend = Literal["vllm", "hash", "emulated"]
 
 Handoff = Literal["session", "readmit"]
+#: What a tool does with the drift probe's ratio of observed to profile step time (see trserve.server.drift).
+DriftMode = Literal["scale", "stop", "report", "skip"]
 
 
 class _Strict(BaseModel):
@@ -91,6 +93,10 @@ class AutoThresholdsConfig(_Strict):
     calibration_dir: str | None = None
     #: Delay batches only when the model predicts more than this gain over thresholds of 1 (its error is larger).
     min_gain: float = Field(0.03, ge=0.0, lt=1.0)
+    #: The drift probe before the optimizer (docs/serving.md): scale the profiles by the engines' observed step
+    #: times (default), stop beyond ``drift_tolerance``, only report, or skip the probe.
+    drift: DriftMode = "scale"
+    drift_tolerance: float = Field(0.05, gt=0.0, lt=1.0)
 
 
 class BatchingConfig(_Strict):

@@ -98,6 +98,26 @@ class ConstantModel(LatencyModel):
         return {"latency_s": self.latency_s}
 
 
+class ScaledModel(LatencyModel):
+    """Another latency model's every step times ``factor`` (a drift probe's recorded factor, or a diagnosis's
+    rescaling to observed step times); prices extend tokens exactly when ``base`` does."""
+
+    def __init__(self, base: LatencyModel, factor: float) -> None:
+        self.base = base
+        self.factor = _positive("factor", factor)
+        self.prices_extend = base.prices_extend  # type: ignore[misc]
+        self.name = base.name  # type: ignore[misc]
+
+    def __call__(self, batch: Batch) -> float:
+        return self.factor * self.base(batch)
+
+    def predict(self, batch_size: int, context_tokens: int, extend_tokens: int) -> float:
+        return self.factor * self.base.predict(batch_size, context_tokens, extend_tokens)
+
+    def coefficients(self) -> dict[str, Any]:
+        return {"factor": self.factor, "base": self.base.coefficients()}
+
+
 @register_latency_model("table")
 class TableModel(LatencyModel):
     """Latency by batch size, linearly interpolated between entries; outside the table, the nearest entry's

@@ -40,30 +40,42 @@ def bench(
         0.03, min=0.0, max=0.99, help="Delay batches only for a predicted gain over B=1 above this fraction."
     ),
     out: Path = typer.Option(Path("docs/bench"), "--out", help="Directory for bench.json, bench.md, bench.png."),
+    drift: str = typer.Option("scale", "--drift", help="Drift probe before the bench: scale, stop, report or skip."),
+    drift_tolerance: float = typer.Option(0.05, "--drift-tolerance", help="Relative drift beyond which stop stops."),
 ) -> None:
     """Run every system x router x N on this machine and write JSON, a markdown table and a PNG."""
     import os
     import sys
     import time
 
+    from tokenrouter import options as opt
     from trserve.bench.client import Workload
     from trserve.bench.display import BenchDisplay
+    from trserve.bench.drift import probe_bench
     from trserve.bench.outputs import write_outputs
+    from trserve.bench.predict import check_num_models
     from trserve.bench.runner import BenchPlan, BenchRunner
     from trserve.bench.systems import check_names
     from trserve.config import ServeConfig, load_config
     from trserve.server.defaults import default_config
+    from trserve.server.drift import DRIFT_MODES
 
     sys_names, router_names = _names(systems), _names(routers)
     check_names(sys_names, router_names)
     ns = _ints(concurrency, "concurrency")
+    if drift not in DRIFT_MODES:
+        raise ConfigError("--drift", f"unknown mode {drift!r}; valid: {', '.join(DRIFT_MODES)}")
+    opt.check_positive(drift_tolerance, "--drift-tolerance")
     base = (load_config(config) if config is not None else default_config()).model_dump(mode="json")
     base["server"]["max_active_requests"] = max(base["server"]["max_active_requests"], max(ns))
     ServeConfig.model_validate(base)
     workload = Workload(max_tokens, warmup_s, window_s)
-    plan = BenchPlan(sys_names, router_names, ns, repetitions, workload, base, direct, min_gain=min_gain)
+    check_num_models(len(base["models"]))  # before the probe starts engines
     load_before = os.getloadavg()[0]
     started = time.monotonic()
+    probed = probe_bench(base, sys_names, drift, drift_tolerance, lambda msg: typer.echo(f"bench: {msg}", err=True))
+    typer.echo(f"bench: {probed.line()}", err=True)
+    plan = BenchPlan(sys_names, router_names, ns, repetitions, workload, base, direct, min_gain=min_gain, drift=probed)
     runner = BenchRunner(plan, None)
     cells = len(ns) * repetitions * (len([s for s in sys_names if s != "llm-only"]) * len(router_names))
     cells += len(ns) * repetitions * ("llm-only" in sys_names)

@@ -46,13 +46,13 @@ def crossval(
     from tokenrouter import options as opt
     from tokenrouter.commands.serve import _load
     from trcore.errors import ConfigError
-    from trserve.crossval.drift import DRIFT_MODES
     from trserve.crossval.plan import RouterChoice, make_plan
     from trserve.crossval.predict import emulated_calibration, load_calibration
     from trserve.crossval.run import run_crossval, write_outputs
     from trserve.crossval.workloads import WORKLOADS, make_workload
     from trserve.hardware import hardware_tag
     from trserve.paths import calibration_dir
+    from trserve.server.drift import DRIFT_MODES
 
     cfg = _load(config, None, None)
     choices = [

@@ -22,6 +22,13 @@ def _load(config: Path | None, host: str | None, port: int | None):  # type: ign
     return cfg
 
 
+def _drift_probe(cfg, models):  # type: ignore[no-untyped-def]
+    """The drift probe of ``thresholds: auto`` (imported only when it runs: it brings the crossval harness)."""
+    from trserve.crossval.drift import serve_drift_probe
+
+    return serve_drift_probe(cfg, models)
+
+
 @cli_errors
 def serve(
     config: Path | None = typer.Option(None, "--config", "-c", help="Serve config (YAML); default: the local pair."),
@@ -41,7 +48,8 @@ def serve(
         typer.echo(dump_config(cfg), nl=False)
         return
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    status = asyncio.run(run_server(cfg, report=lambda line: typer.echo(f"tokenrouter: {line}", err=True)))
+    say = lambda line: typer.echo(f"tokenrouter: {line}", err=True)  # noqa: E731
+    status = asyncio.run(run_server(cfg, report=say, probe=_drift_probe))
     if status:
         raise typer.Exit(status)
 

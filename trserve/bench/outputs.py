@@ -1,5 +1,6 @@
-"""Writing one bench run: ``bench.json`` (settings, machine load, ``runs``, targets), ``bench.md`` (tables) and
-``bench.png``; and the issue's targets, computed from the runs at the target concurrency."""
+"""Writing one bench run: ``bench.json`` (settings, machine load, the drift probe, ``runs``, targets),
+``bench.md`` (the drift probe's line, tables) and ``bench.png``; and the issue's targets, computed from the runs
+at the target concurrency."""
 
 from __future__ import annotations
 
@@ -99,13 +100,15 @@ def write_outputs(
             "warmup_s": plan.workload.warmup_s,
             "window_s": plan.workload.window_s,
         },
+        "drift": plan.drift.to_dict(),
         "routing": {r: routing_item(s, plan.min_gain) for r, s in runner.routers.items()},
         "runs": runs,
         "vllm_direct": runner.direct,
         "targets": targets(runs, routers, runner.direct),
     }
     (out_dir / "bench.json").write_text(json.dumps(doc, indent=2) + "\n")
-    md = [f"Command: `{command}`", "", markdown_table(runs, routers, ns), speedup_table(runs, routers, ns)]
+    tables = [markdown_table(runs, routers, ns), speedup_table(runs, routers, ns)]
+    md = [f"Command: `{command}`", "", plan.drift.line(), "", *tables]
     (out_dir / "bench.md").write_text("\n".join(md))
     plot(runs, routers, ns, out_dir / "bench.png")
     return doc

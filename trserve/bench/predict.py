@@ -5,8 +5,8 @@ P and C come from the server's own counters over measured windows: per model, re
 sizes), hand-offs ``H`` and committed tokens ``T``. A request stays with probability ``1 - H/S`` and commits one
 token then; the tokens a hand-off commits follow from the rest: ``c_ij = (T - (S - H)) / H``.
 Latencies come from a calibration profile of this machine when one exists (``calibration/profiles/<tag>/`` or
-``calibration/<tag>/``, linear fit), else from a least-squares line through the measured (mean batch, mean step)
-points of the same runs.
+``calibration/<tag>/``, linear fit; times the drift probe's factor, ``trserve.bench.drift``), else from a
+least-squares line through the measured (mean batch, mean step) points of the same runs.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from trsim.baselines import apply_baseline
 from trsim.build import markov_config
 from trsim.config import PerTokenConfig
 from trsim.driver import simulate
-from trsim.latency import LatencyModel, TableModel
+from trsim.latency import LatencyModel, ScaledModel, TableModel
 from trsim.profile import latency_from_profile, load_profile
 
 Matrix = Sequence[Sequence[float]]
@@ -109,25 +109,29 @@ def fit_line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
     return float(max(intercept, 1e-4)), float(max(slope, 0.0))
 
 
-def profile_table(model_name: str, tag: str, max_batch: int, extend: float = 0.0) -> list[float] | None:
+def profile_table(
+    model_name: str, tag: str, max_batch: int, extend: float = 0.0, factor: float = 1.0
+) -> list[float] | None:
     """Step latency by batch size (index b - 1) from this machine's calibration profile of ``model_name``, read
     at the bench's context length with ``extend`` tokens per request fed beyond the decode token (re-admission
-    recomputes the partial last KV block: on average half a block); None when no profile is committed."""
+    recomputes the partial last KV block: on average half a block), times the drift ``factor``; None when no
+    profile is committed."""
 
-    model = profile_model(model_name, tag)
+    model = profile_model(model_name, tag, factor)
     if model is None:
         return None
     return [float(model.predict(b, b * BENCH_CONTEXT, round(b * extend))) for b in range(1, max_batch + 1)]
 
 
-def profile_model(model_name: str, tag: str) -> LatencyModel | None:
+def profile_model(model_name: str, tag: str, factor: float = 1.0) -> LatencyModel | None:
     """The fitted latency model of ``model_name``'s profile under ``calibration/profiles/<tag>/`` (or the older
-    ``calibration/<tag>/``), checked against this machine; None when no profile is committed."""
+    ``calibration/<tag>/``), checked against this machine, times the drift probe's ``factor``; None when no
+    profile is committed."""
     for base in (calibration_dir("profiles", tag), calibration_dir(tag)):
         path = base / f"{model_name}.json"
         if path.is_file():
             model: LatencyModel = latency_from_profile(checked_profile(path))
-            return model
+            return model if factor == 1.0 else ScaledModel(model, factor)
     return None
 
 
@@ -138,10 +142,13 @@ def checked_profile(path: Path) -> Any:
     return profile
 
 
-def profile_models(model_names: Sequence[str], tag: str) -> list[LatencyModel] | None:
+def profile_models(
+    model_names: Sequence[str], tag: str, factors: Sequence[float] | None = None
+) -> list[LatencyModel] | None:
     """Each model's fitted latency model from this machine's profiles (extend-aware: the profiles' preferred fit
-    prices appended tokens), or None when any profile is missing."""
-    models = [profile_model(name, tag) for name in model_names]
+    prices appended tokens) times its drift factor, or None when any profile is missing."""
+    factors = factors or [1.0] * len(model_names)
+    models = [profile_model(name, tag, f) for name, f in zip(model_names, factors, strict=True)]
     return None if any(m is None for m in models) else [m for m in models if m is not None]
 
 

@@ -22,6 +22,7 @@ from trcore.errors import NotIrreducibleError
 from trserve.bench import cpu, predict
 from trserve.bench.client import LoadResult, Workload, run_load
 from trserve.bench.direct import run_direct_process
+from trserve.bench.drift import NOT_PROBED, BenchDrift
 from trserve.bench.predict import StepStats
 from trserve.bench.systems import OPTIMIZED, system_config
 from trserve.hardware import hardware_tag
@@ -41,6 +42,8 @@ class BenchPlan:
     direct: bool = True
     sim_tokens: int = 20000
     min_gain: float = predict.MIN_GAIN
+    #: The drift probe's outcome: factors for the profile latencies (``trserve.bench.drift``).
+    drift: BenchDrift = field(default_factory=lambda: BenchDrift("skip", 0.0, note=NOT_PROBED))
 
 
 @dataclass
@@ -175,9 +178,10 @@ class BenchRunner:
         given = predict.emulated_tables(self.plan.base, names, top) if emulated else None
         if given is not None:
             return given, "emulated latencies (the config's)"
-        found = [predict.profile_table(n, hardware_tag(), top) for n in names]
+        tag, drift = hardware_tag(), self.plan.drift
+        found = [predict.profile_table(n, tag, top, factor=drift.factor(tag, n)) for n in names]
         if profiles and all(t is not None for t in found):
-            return [t for t in found if t is not None], f"calibration profile ({hardware_tag()})"
+            return [t for t in found if t is not None], f"calibration profile ({tag}){drift.source_note(tag, names)}"
         tables = []
         for m, fallback in enumerate(found):
             points = [(s[m].mean_batch, s[m].mean_step_s) for c in cells for s in c.stats]
@@ -222,8 +226,9 @@ class BenchRunner:
         )
         source = "emulated latencies (the config's)"
         if found is None:
-            found = [predict.profile_table(name, tag, top) for name in self._model_names(cell.system)]
-            source = f"calibration profile ({tag})"
+            names, drift = self._model_names(cell.system), self.plan.drift
+            found = [predict.profile_table(name, tag, top, factor=drift.factor(tag, name)) for name in names]
+            source = f"calibration profile ({tag}){drift.source_note(tag, names)}"
         P, C, thresholds = self._routing(cell)
         if cell.system == "lockstep" and cell.router not in self.routers:
             return
@@ -269,12 +274,14 @@ class BenchRunner:
             )
             self._diagnose(cell, *self._routing(cell))
             return
-        models = predict.profile_models(self._model_names(cell.system), hardware_tag())
+        names, tag = self._model_names(cell.system), hardware_tag()
+        models = predict.profile_models(names, tag, self.plan.drift.factors(tag, names))
         if state is None or models is None:
             cell.latency_source = "none: no extend-aware profile"
             return
         block = int(self.plan.base["models"][0].get("block_size", 32))
-        cell.latency_source = f"calibration profile ({hardware_tag()}), recompute at block size {block}"
+        note = self.plan.drift.source_note(tag, names)
+        cell.latency_source = f"calibration profile ({tag}){note}, recompute at block size {block}"
         cell.predicted_sim = predict.per_token_prediction(
             state.P, state.C, models, cell.concurrency, block, self.plan.sim_tokens
         )
@@ -285,8 +292,9 @@ class BenchRunner:
         last block is not prefix-cached); the session tables when no profile exists."""
 
         names, models = self._model_names("tokenrouter"), self.plan.base["models"]
+        tag = hardware_tag()
         found = [
-            predict.profile_table(n, hardware_tag(), len(t), extend=(m.get("block_size", 32) - 1) / 2)
+            predict.profile_table(n, tag, len(t), (m.get("block_size", 32) - 1) / 2, self.plan.drift.factor(tag, n))
             for n, t, m in zip(names, tables, models, strict=True)
         ]
         if all(t is not None for t in found):

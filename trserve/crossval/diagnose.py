@@ -14,20 +14,7 @@ from trcore.routing_stats import RoutingStats
 from trcore.traces import RequestTrace
 from trserve.crossval.predict import Calibration, model_predictions, sim_prediction
 from trserve.crossval.report import rel_error
-
-
-class ScaledModel:
-    """A latency model times a constant factor (duck-types ``trsim.latency.LatencyModel``)."""
-
-    def __init__(self, base: Any, factor: float) -> None:
-        self.base = base
-        self.factor = factor
-
-    def __call__(self, batch: Any) -> float:
-        return self.factor * self.base(batch)
-
-    def predict(self, batch_size: int, context_tokens: int, extend_tokens: int) -> float:
-        return self.factor * self.base.predict(batch_size, context_tokens, extend_tokens)
+from trsim.latency import ScaledModel
 
 
 def slowdowns(cell: Mapping[str, Any]) -> list[float]:

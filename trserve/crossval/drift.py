@@ -1,8 +1,7 @@
-"""The drift probe: before a tool predicts from calibration profiles, time each engine at a few batch sizes and
-compare with its profile. Profiles drift between machines of one kind (and with load on a shared machine), so
-the ratio is reported, and then either applied to the profile's latencies as a recorded scale factor (``scale``),
-or the run stops with a message naming ``tokenrouter calibrate`` when it is beyond the tolerance (``stop``), or
-only reported (``report``); ``skip`` runs no probe (the results say so).
+"""The drift probe on real engines (its decision half, what ``scale``, ``stop``, ``report`` and ``skip`` do, is
+``trserve.server.drift``): before a tool predicts from calibration profiles, time each engine at a few batch
+sizes and compare with its profile (profiles drift between machines of one kind, and with load on a shared
+machine).
 
 The probe runs on the crossval workers (the server's own processes): for each model, every request is routed to
 that model (a Markov router whose every row sends all steps there; the entry model still prefills) at a few
@@ -15,49 +14,27 @@ from __future__ import annotations
 import asyncio
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from trcore import PROGRAMS, BatchingPolicy, RoutingProgram
-from trcore.errors import ConfigError
 from trserve.config import ServeConfig
 from trserve.crossval.harness import ClientWorkload, CrossvalFrontEnd, StepRecord, crossval_server, run_cell
 from trserve.crossval.predict import Calibration
+from trserve.crossval.workloads import make_workload
+from trserve.server.drift import DEFAULT_TOLERANCE, DriftMeasurement, DriftReport, assess
 
-DRIFT_MODES = ("scale", "stop", "report", "skip")
 #: Concurrencies of the probe (batch sizes the decode steps then run at) and its window per concurrency.
 PROBE_CONCURRENCIES = (1, 2, 4)
 PROBE_WARMUP_S = 0.5
 PROBE_MEASURE_S = 2.0
 PROBE_MAX_TOKENS = 32
-#: Beyond this relative difference from the profile, ``stop`` stops.
-DEFAULT_TOLERANCE = 0.05
-
-
-@dataclass(frozen=True)
-class DriftReport:
-    """Per model: median observed / profile step time over the probe's decode steps (``ratios``), the same per
-    batch size, the number of steps it rests on; the mode, the tolerance, what was done (``action``) and the
-    factors applied to the profiles (1.0 each unless ``action`` is ``scaled``)."""
-
-    ratios: list[float]
-    per_batch: list[dict[int, float]]
-    num_steps: list[int]
-    mode: str
-    tolerance: float
-    action: str
-    factors: list[float] = field(default_factory=list)
-    context_tokens: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["per_batch"] = [{str(b): r for b, r in d.items()} for d in self.per_batch]
-        return out
 
 
 def step_ratios(
     steps: Sequence[StepRecord], calibration: Calibration, context: int, num_models: int
-) -> tuple[list[float], list[dict[int, float]], list[int]]:
+) -> DriftMeasurement:
     """Per model: median ratio of observed to profile step time over pure decode steps (every request fed one
     token) at ``context`` tokens per request, the median per batch size, and how many steps it rests on (a model
     with no such step gets ratio 1.0 and 0 steps)."""
@@ -72,24 +49,7 @@ def step_ratios(
         ratios.append(statistics.median(every) if every else 1.0)
         per_batch.append({b: statistics.median(rs) for b, rs in sorted(by_batch.items())})
         counts.append(len(every))
-    return ratios, per_batch, counts
-
-
-def decide(ratios: Sequence[float], mode: str, tolerance: float, names: Sequence[str]) -> tuple[str, list[float]]:
-    """What to do with the probe's ratios: ``(action, factors)``; raises for ``stop`` beyond the tolerance."""
-    if mode not in DRIFT_MODES:
-        raise ConfigError("drift", f"unknown mode {mode!r}; valid: {', '.join(DRIFT_MODES)}")
-    off = [(n, r) for n, r in zip(names, ratios, strict=True) if abs(r - 1.0) > tolerance]
-    if mode == "scale":
-        return "scaled", list(ratios)
-    if mode == "stop" and off:
-        drifted = ", ".join(f"{n} steps at {r:.2f}x its profile" for n, r in off)
-        raise ConfigError(
-            "drift",
-            f"{drifted} (drift probe, tolerance {tolerance:.0%}); re-run `tokenrouter calibrate` on this machine "
-            "or pass --drift scale",
-        )
-    return ("within tolerance" if not off else "reported only"), [1.0] * len(ratios)
+    return DriftMeasurement(ratios, per_batch, counts, context)
 
 
 def probe_program(target: int, num_models: int) -> Callable[[int], RoutingProgram]:
@@ -120,6 +80,14 @@ def probe_context(workload: ClientWorkload) -> int:
     return max(1, round(sum(map(len, workload.prompts)) / len(workload.prompts) + PROBE_MAX_TOKENS / 2))
 
 
+async def measure_on(
+    frontend: CrossvalFrontEnd, workload: ClientWorkload, calibration: Calibration, num_models: int, max_batch: int
+) -> DriftMeasurement:
+    """Probe the engines behind ``frontend`` (a server that holds no request) against ``calibration``."""
+    steps = await probe_steps(frontend, workload, num_models, max_batch)
+    return step_ratios(steps, calibration, probe_context(workload), num_models)
+
+
 async def probe_drift(
     frontend: CrossvalFrontEnd,
     workload: ClientWorkload,
@@ -129,12 +97,33 @@ async def probe_drift(
     mode: str = "scale",
     tolerance: float = DEFAULT_TOLERANCE,
 ) -> DriftReport:
-    """Probe the engines behind ``frontend`` and decide (see :func:`decide`)."""
-    steps = await probe_steps(frontend, workload, len(names), max_batch)
-    context = probe_context(workload)
-    ratios, per_batch, counts = step_ratios(steps, calibration, context, len(names))
-    action, factors = decide(ratios, mode, tolerance, names)
-    return DriftReport(ratios, per_batch, counts, mode, tolerance, action, factors, context)
+    """Probe the engines behind ``frontend`` and decide (see :func:`trserve.server.drift.decide`)."""
+    measured = await measure_on(frontend, workload, calibration, len(names), max_batch)
+    return assess(measured, mode, tolerance, names)
+
+
+def probe_config(cfg: ServeConfig) -> ServeConfig:
+    """``cfg`` as the probe's server runs it: no ``auto`` thresholds to resolve (each probe cell sets its own)."""
+    return cfg.model_copy(update={"batching": cfg.batching.model_copy(update={"thresholds": None})})
+
+
+def measure_drift(cfg: ServeConfig, workload: ClientWorkload, calibration: Calibration) -> DriftMeasurement:
+    """Start the config's engines in crossval workers, probe them and stop them: for tools that start their own
+    servers afterwards (the bench, ``thresholds: auto``). Costs one engine start-up on top of the probe (about
+    15 s for two models). Runs in a thread of its own when called from a running event loop."""
+    cfg = probe_config(cfg)
+
+    async def go() -> DriftMeasurement:
+        async with crossval_server(cfg) as frontend:
+            cap = min(cfg.batching.max_batch or 10**9, *(m.max_num_seqs for m in cfg.models))
+            return await measure_on(frontend, workload, calibration, cfg.num_models, cap)
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(go())
+    with ThreadPoolExecutor(1, thread_name_prefix="drift-probe") as pool:
+        return pool.submit(asyncio.run, go()).result()
 
 
 def run_drift_probe(
@@ -144,13 +133,18 @@ def run_drift_probe(
     mode: str = "scale",
     tolerance: float = DEFAULT_TOLERANCE,
 ) -> DriftReport:
-    """Start the config's engines in crossval workers, probe them and stop them: for tools that start their own
-    servers afterwards (the bench). Costs one engine start-up on top of the probe (< 30 s)."""
+    """:func:`measure_drift` and decide (raises for ``stop`` beyond the tolerance)."""
+    return assess(measure_drift(cfg, workload, calibration), mode, tolerance, [m.name for m in cfg.models])
 
-    async def go() -> DriftReport:
-        async with crossval_server(cfg) as frontend:
-            cap = min(cfg.batching.max_batch or 10**9, *(m.max_num_seqs for m in cfg.models))
-            names = [m.name for m in cfg.models]
-            return await probe_drift(frontend, workload, calibration, names, cap, mode, tolerance)
 
-    return asyncio.run(go())
+def probe_workload(cfg: ServeConfig) -> ClientWorkload:
+    """The probe's requests: the ``fixed`` crossval workload's chat prompts (30-50 tokens), 32 output tokens."""
+    return make_workload("fixed", cfg, PROBE_MAX_TOKENS, PROBE_WARMUP_S, PROBE_MEASURE_S)
+
+
+def serve_drift_probe(cfg: ServeConfig, models: Sequence[Any]) -> DriftMeasurement:
+    """The probe ``thresholds: auto`` runs before the optimizer (a :data:`trserve.server.drift.DriftProbe`, which
+    the CLI injects into ``tokenrouter serve``): the config's engines against ``models`` (the profiles' latency
+    models, one per config model)."""
+    paths = tuple(f"profile of {m.name}" for m in cfg.models)
+    return measure_drift(cfg, probe_workload(cfg), Calibration(paths, tuple(models)))

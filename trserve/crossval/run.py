@@ -22,7 +22,7 @@ from trcore import PROGRAMS, BatchingPolicy, RoutingProgram
 from trcore.traces import RequestTrace, trace_to_dict
 from trserve.config import ServeConfig
 from trserve.crossval.diagnose import add_rescaled_predictions, rescaled
-from trserve.crossval.drift import DEFAULT_TOLERANCE, DriftReport, probe_drift
+from trserve.crossval.drift import probe_drift
 from trserve.crossval.fidelity import compare, real_fidelity, sim_fidelity, summarize_fidelity
 from trserve.crossval.harness import CellRun, ClientWorkload, StepRecord, crossval_server, run_cell
 from trserve.crossval.plan import CrossvalPlan, RouterChoice
@@ -35,6 +35,7 @@ from trserve.crossval.predict import (
     typical_extend,
 )
 from trserve.crossval.report import add_errors, markdown_table, plot_cells, summarize
+from trserve.server.drift import DEFAULT_TOLERANCE, DriftReport
 
 Progress = Callable[[str], None]
 #: One measured cell: (repeat, router, N, thresholds, what it measured).

@@ -19,6 +19,7 @@ from trserve.runtime.placement import Placement, merge, place_models
 from trserve.runtime.runspec import RunSpec, resolve_model_path
 from trserve.runtime.transport import ActiveCounter, Endpoints
 from trserve.runtime.worker import build_program
+from trserve.server.drift import DriftProbe
 from trserve.server.launch import Launcher, LaunchError, WorkerSpec
 from trserve.server.thresholds import resolve_thresholds
 
@@ -26,11 +27,13 @@ log = logging.getLogger(__name__)
 Report = Callable[[str], None]
 
 
-def resolve(cfg: ServeConfig, run_dir: str, report: Report | None = None) -> tuple[RunSpec, list[WorkerSpec]]:
+def resolve(
+    cfg: ServeConfig, run_dir: str, report: Report | None = None, probe: DriftProbe | None = None
+) -> tuple[RunSpec, list[WorkerSpec]]:
     """Everything that can fail on bad input, checked before any process starts (``report``: what ``auto``
-    thresholds chose)."""
+    thresholds chose; ``probe``: the drift probe they run first, see ``trserve.server.thresholds``)."""
     paths = tuple(_model_path(cfg, i) for i in range(cfg.num_models))
-    thresholds = tuple(resolve_thresholds(cfg, paths, report))
+    thresholds = tuple(resolve_thresholds(cfg, paths, report, probe))
     placements = place_models(list(cfg.models))
     workers = worker_specs(cfg, placements)
     endpoints = Endpoints(run_dir, len(workers), (0,) * len(workers))
@@ -70,9 +73,10 @@ def api_key_of(cfg: ServeConfig) -> str | None:
     return cfg.server.api_key or os.environ.get(cfg.server.api_key_env) or None
 
 
-async def serve(cfg: ServeConfig, report: Report | None = None) -> int:
+async def serve(cfg: ServeConfig, report: Report | None = None, probe: DriftProbe | None = None) -> int:
     """Run the server until interrupted; returns the exit status (1: a worker failed to start). Progress and
-    failures go to ``report`` (default: this module's log); the CLI prints them."""
+    failures go to ``report`` (default: this module's log); the CLI prints them. ``probe``: the drift probe of
+    ``thresholds: auto`` (the CLI injects the crossval workers' one)."""
     say = report or log.info
     import uvicorn
 
@@ -80,7 +84,7 @@ async def serve(cfg: ServeConfig, report: Report | None = None) -> int:
     log_dir = Path(cfg.server.log_dir) if cfg.server.log_dir else Path(run_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     try:
-        spec, workers = resolve(cfg, run_dir, say)
+        spec, workers = resolve(cfg, run_dir, say, probe)
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)
         raise

@@ -4,7 +4,10 @@
 of batch size and context; ``tokenrouter calibrate`` writes them under
 ``calibration/profiles/<hardware tag>/<model>.json``) and routing statistics (P, C: estimated from recorded
 routing traces, e.g. those ``tokenrouter crossval`` writes, or the routing program's own ``P``/``C`` parameters).
-The optimizer's choice is logged at start-up with its inputs.
+Before the optimizer, a drift probe (injected by the CLI: the probe runs engines, which is a tool's job) times
+each engine against its profile; ``batching.auto.drift`` says whether the ratios scale the latency tables, stop
+the start beyond ``drift_tolerance``, are only reported, or whether no probe runs (``trserve.server.drift``).
+The optimizer's choice is logged at start-up with its inputs, the drift ratios and what was done with them.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from trcore.traces import trace_from_dict
 from trserve.config import ServeConfig
 from trserve.hardware import check_profile_hardware, hardware_tag
 from trserve.paths import calibration_dir
+from trserve.server.drift import DriftProbe, assess
 from trsim.profile import latency_from_profile
 from trsim.profile import load_profile as read_profile
 
@@ -35,14 +39,16 @@ TYPICAL_CONTEXT = 256
 QUANTUM_FRACTION = 0.1
 
 
-def resolve_thresholds(cfg: ServeConfig, model_paths: Sequence[str] = (), report: Report | None = None) -> list[int]:
+def resolve_thresholds(
+    cfg: ServeConfig, model_paths: Sequence[str] = (), report: Report | None = None, probe: DriftProbe | None = None
+) -> list[int]:
     """One threshold per model (default 1: launch as soon as anything is ready); ``auto`` tells ``report`` (default:
-    this module's log) what it chose and from which inputs."""
+    this module's log) what it chose and from which inputs, after the drift ``probe`` (see :func:`drift_factors`)."""
     given = cfg.batching.thresholds
     if given is None or cfg.mode != "routed":
         return [1] * cfg.num_models
     if given == "auto":
-        return auto_thresholds(cfg, report)
+        return auto_thresholds(cfg, report, probe)
     for i, (b, m) in enumerate(zip(given, cfg.models, strict=True)):
         if not 1 <= b <= m.max_num_seqs:
             raise ConfigError(f"batching.thresholds.{i}", f"must be within 1..{m.max_num_seqs} (max_num_seqs), got {b}")
@@ -109,13 +115,43 @@ def routing_matrices(cfg: ServeConfig) -> tuple[list[list[float]], list[list[flo
     )
 
 
-def auto_thresholds(cfg: ServeConfig, report: Report | None = None) -> list[int]:
-    """B* = argmax of the throughput model at ``batching.auto.concurrency``; reported with its inputs."""
-    profiles = [load_profile(cfg, m) for m in range(cfg.num_models)]
+def drift_factors(cfg: ServeConfig, models: Sequence[Any], probe: DriftProbe | None) -> tuple[list[float], str]:
+    """Per model the factor its profile latencies are multiplied by, and what was done, in words: the ``probe``'s
+    ratios under ``batching.auto.drift`` (raises for ``stop`` beyond the tolerance); 1.0 each when the mode is
+    ``skip`` or no probe was given (an entry point that cannot start engines: the message says so)."""
+    auto, names = cfg.batching.auto, [m.name for m in cfg.models]
+    ones = [1.0] * cfg.num_models
+    if auto.drift == "skip":
+        return ones, "drift probe skipped (batching.auto.drift: skip)"
+    if probe is None:
+        return ones, "drift probe not run (this entry point has none; `tokenrouter serve` runs it)"
+    remedy = "set batching.auto.drift: scale"
+    drift = assess(probe(cfg, models), auto.drift, auto.drift_tolerance, names, remedy)
+    return drift.factors, f"drift probe ({auto.drift}): {drift.summary(names)}"
+
+
+def auto_inputs(
+    cfg: ServeConfig, probe: DriftProbe | None = None
+) -> tuple[list[list[float]], list[list[float]], str, list[list[float]], str]:
+    """The optimizer's inputs: P, C, where they came from, latency tables per model (batch 1..cap, the profiles'
+    decode latency at :data:`TYPICAL_CONTEXT` times the drift factor) and the drift outcome in words."""
+    models = [latency_from_profile(load_profile(cfg, m)) for m in range(cfg.num_models)]
     P, C, source = routing_matrices(cfg)
+    factors, drift = drift_factors(cfg, models, probe)
     n = cfg.batching.auto.concurrency
     caps = [min(cfg.batching.max_batch or m.max_num_seqs, m.max_num_seqs, n) for m in cfg.models]
-    latency = [[profile_latency(p, b) for b in range(1, cap + 1)] for p, cap in zip(profiles, caps, strict=True)]
+    latency = [
+        [f * float(model.predict(b, b * TYPICAL_CONTEXT, 0)) for b in range(1, cap + 1)]
+        for model, f, cap in zip(models, factors, caps, strict=True)
+    ]
+    return P, C, source, latency, drift
+
+
+def auto_thresholds(cfg: ServeConfig, report: Report | None = None, probe: DriftProbe | None = None) -> list[int]:
+    """B* = argmax of the throughput model at ``batching.auto.concurrency``; reported with its inputs."""
+    P, C, source, latency, drift = auto_inputs(cfg, probe)
+    n = cfg.batching.auto.concurrency
+    caps = [len(table) for table in latency]
     quantum_s = QUANTUM_FRACTION * min(min(table) for table in latency)
     best = ThroughputModel(P, C, latency, quantum_s=quantum_s, max_batch=caps).optimize(
         n, min_gain=cfg.batching.auto.min_gain
@@ -124,7 +160,8 @@ def auto_thresholds(cfg: ServeConfig, report: Report | None = None) -> list[int]
         f"thresholds auto: {list(best.thresholds)} (throughput model: {best.throughput_tok_s:.1f} tok/s at "
         f"{n} concurrent requests, best of {len(best.candidates)}, min gain {cfg.batching.auto.min_gain:.0%}; "
         f"P={_fmt(P)} C={_fmt(C)} from {source}; "
-        f"latency at context {TYPICAL_CONTEXT} from {[str(profile_path(cfg, m)) for m in range(cfg.num_models)]})"
+        f"latency at context {TYPICAL_CONTEXT} from {[str(profile_path(cfg, m)) for m in range(cfg.num_models)]}; "
+        f"{drift})"
     )
     (report or log.info)(message)
     return [int(b) for b in best.thresholds]

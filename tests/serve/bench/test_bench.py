@@ -110,9 +110,35 @@ def test_small_bench_runs_every_system_on_real_engines(tmp_path: Path, prepared_
         elif not source.startswith("calibration profile"):  # lockstep, llm-only without all-cores profiles
             assert run["predicted_model_tok_s"] is None and source.startswith("none"), run
     assert doc["routing"]["rstitch"]["optimized_thresholds"]["2"]
+    _check_drift(doc, (out / "bench.md").read_text())
     assert doc["vllm_direct"]["throughput_tok_s"] > 0 and doc["targets"]["overhead"]["ratio"] > 0
     assert (out / "bench.png").stat().st_size > 10_000
     assert "| rstitch | tokenrouter | 2 |" in (out / "bench.md").read_text()
+
+
+def _check_drift(doc: dict, markdown: str) -> None:
+    """The drift probe ran before the bench (default ``--drift scale``): the pair on one server, each model alone
+    on every core when that placement has profiles; every ratio rests on decode steps and became the factor the
+    profile-based predictions carry."""
+    from trserve.hardware import hardware_tag
+
+    drift = doc["drift"]
+    assert drift["mode"] == "scale" and drift["tolerance"] == 0.05
+    placements = drift["placements"]
+    assert set(placements) == {hardware_tag(), f"{hardware_tag()}-allcores"}
+    for tag, entry in placements.items():
+        assert entry["models"] == ["small", "large"], entry
+        if entry["action"].startswith("not probed"):  # no all-cores profiles on this machine
+            assert tag.endswith("-allcores") and entry["action"] == "not probed: no profile of this placement"
+            continue
+        assert entry["action"] == "scaled" and entry["factors"] == entry["ratios"], entry
+        assert all(n > 0 for n in entry["num_steps"]) and all(0.2 < r < 5 for r in entry["ratios"]), entry
+        assert set(entry["per_batch"][0]) <= {"1", "2", "4"}
+    b1 = next(r for r in doc["runs"] if r["system"] == "tokenrouter-b1")
+    pair = placements[hardware_tag()]["factors"]
+    scaled = f"calibration profile ({hardware_tag()}), x drift " + "/".join(f"{f:.2f}" for f in pair)
+    assert scaled in b1["latency_source"]
+    assert "Drift probe (--drift scale, tolerance 5%): " in markdown and "small" in markdown.split("Drift probe")[1]
 
 
 def test_statistics_of_a_large_model_that_never_hands_back_give_no_model_prediction() -> None:

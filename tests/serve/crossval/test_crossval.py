@@ -265,16 +265,18 @@ def test_typical_context_weights_long_requests_by_their_steps():
 
 def test_drift_ratios_from_decode_steps_and_what_each_mode_does(tmp_path):
     from trcore.errors import ConfigError
-    from trserve.crossval.drift import decide, step_ratios
+    from trserve.crossval.drift import step_ratios
     from trserve.crossval.harness import StepRecord
     from trserve.crossval.predict import load_calibration
+    from trserve.server.drift import decide
 
     _write_profiles(tmp_path / "profiles", ["small", "large"])
     calibration = load_calibration(tmp_path / "profiles", ["small", "large"])
     by_hand = {(k, b): 0.02 * (k + 1) + 0.002 * b + 2e-6 * b * 50 for k in range(2) for b in (1, 2, 4)}
     steps = [StepRecord(0.0, k, b, f * by_hand[k, b], b) for k, f in ((0, 1.2), (1, 0.8)) for b in (1, 2, 4)]
     steps.append(StepRecord(0.0, 0, 2, 10.0, 70))  # a prefill step: not a decode step, left out
-    ratios, per_batch, counts = step_ratios(steps, calibration, 50, 2)
+    measured = step_ratios(steps, calibration, 50, 2)
+    ratios, per_batch, counts = measured.ratios, measured.per_batch, measured.num_steps
     assert ratios == [pytest.approx(1.2), pytest.approx(0.8)] and counts == [3, 3]
     assert per_batch[1] == {1: pytest.approx(0.8), 2: pytest.approx(0.8), 4: pytest.approx(0.8)}
     assert decide(ratios, "scale", 0.05, ["small", "large"]) == ("scaled", ratios)

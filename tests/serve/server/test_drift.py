@@ -1,0 +1,140 @@
+"""The drift probe's decision (scale, stop, report, skip) and ``thresholds: auto`` with a probe injected: a fake
+probe with known ratios (the optimizer's latency tables move by exactly those factors), and the CLI's real probe
+on emulated engines that step at 1.5x the profiles (the probe sees it, the tables follow)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trcore.errors import ConfigError
+from trserve.config import ServeConfig
+from trserve.hardware import cpu_model, hardware_tag, local_gpu_name
+from trserve.server.drift import DriftMeasurement, assess
+from trserve.server.thresholds import auto_inputs, resolve_thresholds
+from trsim.fit import LatencySample
+from trsim.profile import make_profile, save_profile
+
+NAMES = ("small", "large")
+MARKOV = {"program": "markov", "params": {"P": [[0.5, 0.5], [1.0, 0.0]], "C": [[1.0, 0.0], [1.0, 0.0]]}}
+
+
+def by_hand(k: int, batch: int, context: int, scale: float = 1.0) -> float:
+    """The synthetic profiles' step latency: a_k + b * batch + c * batch * context (exact linear data)."""
+    return scale * (0.02 * (k + 1) + 0.002 * batch + 2e-6 * batch * context)
+
+
+def write_profiles(folder: Path, scale: float = 1.0) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    machine = {"description": "synthetic", "cpu_model": cpu_model(), "accelerator": local_gpu_name()}
+    paths = []
+    for k, name in enumerate(NAMES):
+        samples = [LatencySample(n, n * c, 0, by_hand(k, n, c, scale)) for n in (1, 2, 4) for c in (32, 128)]
+        paths.append(folder / f"{name}.json")
+        save_profile(make_profile(name, machine, samples, ("linear",)), paths[-1])
+    return paths
+
+
+def auto_config(calibration: Path, drift: str = "scale", **extra: Any) -> ServeConfig:
+    models = [{"name": n, "path": "x", "max_num_seqs": 8} for n in NAMES]
+    auto = {"concurrency": 4, "calibration_dir": str(calibration), "min_gain": 0.0, "drift": drift}
+    data = {"models": models, "router": MARKOV, "batching": {"thresholds": "auto", "auto": auto},
+            "server": {"max_active_requests": 8}}  # fmt: skip
+    return ServeConfig.model_validate({**data, **extra})
+
+
+def fake_probe(ratios: list[float], seen: list[Any]) -> Any:
+    def probe(cfg: ServeConfig, models: Any) -> DriftMeasurement:
+        seen.append([m.predict(2, 2 * 100, 0) for m in models])  # what the probe is handed: the profiles' fits
+        return DriftMeasurement(ratios, [{1: r} for r in ratios], [12, 12], 50)
+
+    return probe
+
+
+def expected_tables(factors: list[float]) -> list[list[float]]:
+    return [[by_hand(k, b, 256, factors[k]) for b in range(1, 5)] for k in range(2)]
+
+
+def test_scale_multiplies_each_models_latency_table_by_its_ratio(tmp_path: Path) -> None:
+    write_profiles(tmp_path / hardware_tag())
+    seen: list[Any] = []
+    P, _, _, latency, drift = auto_inputs(auto_config(tmp_path), fake_probe([1.25, 0.8], seen))
+    assert latency == [pytest.approx(t) for t in expected_tables([1.25, 0.8])]
+    assert seen == [[pytest.approx(by_hand(0, 2, 100)), pytest.approx(by_hand(1, 2, 100))]]
+    assert P == [[0.5, 0.5], [1.0, 0.0]]
+    assert drift == "drift probe (scale): small 1.25x, large 0.80x their profiles: scaled"
+    reported: list[str] = []
+    resolve_thresholds(auto_config(tmp_path), report=reported.append, probe=fake_probe([1.25, 0.8], []))
+    assert "small 1.25x, large 0.80x their profiles: scaled" in reported[0]
+
+
+def test_report_and_skip_leave_the_profiles_latencies_unchanged(tmp_path: Path) -> None:
+    write_profiles(tmp_path / hardware_tag())
+    *_, latency, drift = auto_inputs(auto_config(tmp_path, "report"), fake_probe([1.25, 0.8], []))
+    assert latency == [pytest.approx(t) for t in expected_tables([1.0, 1.0])] and drift.endswith("reported only")
+    *_, within, drift = auto_inputs(auto_config(tmp_path, "stop"), fake_probe([1.03, 0.96], []))
+    assert within == [pytest.approx(t) for t in expected_tables([1.0, 1.0])] and drift.endswith("within tolerance")
+
+    def never(cfg: ServeConfig, models: Any) -> DriftMeasurement:
+        raise AssertionError("skip must not probe")
+
+    *_, skipped, drift = auto_inputs(auto_config(tmp_path, "skip"), never)
+    assert skipped == within and drift == "drift probe skipped (batching.auto.drift: skip)"
+    *_, unprobed, drift = auto_inputs(auto_config(tmp_path), None)
+    assert unprobed == within and "not run" in drift  # a library caller without a probe is told, not silently
+
+
+def test_stop_beyond_the_tolerance_names_calibrate_and_the_setting(tmp_path: Path) -> None:
+    write_profiles(tmp_path / hardware_tag())
+    cfg = auto_config(tmp_path, "stop")
+    with pytest.raises(ConfigError, match=r"small steps at 1.25x.*tokenrouter calibrate.*batching.auto.drift: scale"):
+        resolve_thresholds(cfg, probe=fake_probe([1.25, 1.0], []))
+    strict = auto_config(tmp_path, "stop", batching={**cfg.batching.model_dump(), "auto": {
+        **cfg.batching.auto.model_dump(), "drift_tolerance": 0.01}})  # fmt: skip
+    with pytest.raises(ConfigError, match=r"large steps at 0.98x"):
+        resolve_thresholds(strict, probe=fake_probe([1.0, 0.98], []))
+
+
+def test_assess_keeps_the_measurement_and_records_the_decision() -> None:
+    measured = DriftMeasurement([1.2, 0.9], [{1: 1.2, 2: 1.2}, {4: 0.9}], [30, 10], 56)
+    scaled = assess(measured, "scale", 0.05, NAMES)
+    assert (scaled.action, scaled.factors, scaled.ratios, scaled.context_tokens) == (
+        "scaled",
+        [1.2, 0.9],
+        [1.2, 0.9],
+        56,
+    )
+    assert scaled.to_dict()["per_batch"] == [{"1": 1.2, "2": 1.2}, {"4": 0.9}]
+    assert assess(measured, "report", 0.05, NAMES).factors == [1.0, 1.0]
+    joined = DriftMeasurement.concat([DriftMeasurement([1.1], [{1: 1.1}], [5], 40), DriftMeasurement([0.9], [{}], [0])])
+    assert (joined.ratios, joined.num_steps, joined.context_tokens) == ([1.1, 0.9], [5, 0], 40)
+    with pytest.raises(ConfigError, match="unknown mode 'sometimes'"):
+        assess(measured, "sometimes", 0.05, NAMES)
+
+
+@pytest.mark.serve
+def test_the_clis_probe_sees_emulated_engines_at_one_and_a_half_times_their_profiles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Emulated engines step exactly as the 1.5x profiles they are given; ``thresholds: auto`` reads the 1x
+    profiles. The probe ``tokenrouter serve`` injects, called from a running event loop as the server calls it,
+    measures about 1.5 and the optimizer's tables follow."""
+    from trserve.crossval import drift as probe_module
+
+    monkeypatch.setattr(probe_module, "PROBE_WARMUP_S", 0.3)
+    monkeypatch.setattr(probe_module, "PROBE_MEASURE_S", 1.0)
+    write_profiles(tmp_path / hardware_tag())
+    slow = write_profiles(tmp_path / "engines", scale=1.5)
+    models = [{"name": n, "emulated": {"profile": str(p)}, "max_num_seqs": 8} for n, p in zip(NAMES, slow, strict=True)]
+    cfg = auto_config(tmp_path, "scale", backend="emulated", models=models)
+
+    async def at_start_up() -> Any:
+        return auto_inputs(cfg, probe_module.serve_drift_probe)
+
+    *_, latency, drift = asyncio.run(at_start_up())
+    ratios = [float(part.split()[1].rstrip("x,")) for part in drift.split(": ")[1].split(", ")]
+    assert ratios == [pytest.approx(1.5, rel=0.1)] * 2, drift
+    assert latency == [[pytest.approx(v, rel=0.004) for v in t] for t in expected_tables(ratios)]  # 2-digit ratios
