@@ -85,8 +85,9 @@ class RouterConfig(_Strict):
 
 
 class AutoThresholdsConfig(_Strict):
-    """Inputs of ``thresholds: auto``: the concurrency to optimise for, and where the routing statistics
-    (P, C) come from (a JSONL trace file; None = the routing program's own P/C parameters)."""
+    """Inputs of ``thresholds: auto``: the concurrency to optimise for, where the routing statistics (P, C) come
+    from (a JSONL trace file; None = the routing program's own P/C parameters), and what the drift probe's
+    ratios do to the profiles' latencies (``trserve.server.drift``)."""
 
     concurrency: int = Field(16, ge=1)
     routing_traces: str | None = None
