@@ -133,7 +133,7 @@ def _check_drift(doc: dict, markdown: str) -> None:
             continue
         assert entry["action"] == "scaled" and entry["factors"] == entry["ratios"], entry
         assert all(n > 0 for n in entry["num_steps"]) and all(0.2 < r < 5 for r in entry["ratios"]), entry
-        assert set(entry["per_batch"][0]) <= {"1", "2", "4"}
+        assert all(1 <= int(b) <= 4 for per_batch in entry["per_batch"] for b in per_batch)  # probe N <= 4
     b1 = next(r for r in doc["runs"] if r["system"] == "tokenrouter-b1")
     pair = placements[hardware_tag()]["factors"]
     scaled = f"calibration profile ({hardware_tag()}), x drift " + "/".join(f"{f:.2f}" for f in pair)

@@ -121,7 +121,7 @@ def test_the_clis_probe_sees_emulated_engines_at_one_and_a_half_times_their_prof
 ) -> None:
     """Emulated engines step exactly as the 1.5x profiles they are given; ``thresholds: auto`` reads the 1x
     profiles. The probe ``tokenrouter serve`` injects, called from a running event loop as the server calls it,
-    measures about 1.5 and the optimizer's tables follow."""
+    measures about 1.5 (no less; more on a loaded machine) and the optimizer's tables follow."""
     from trserve.crossval import drift as probe_module
 
     monkeypatch.setattr(probe_module, "PROBE_WARMUP_S", 0.3)
@@ -136,5 +136,6 @@ def test_the_clis_probe_sees_emulated_engines_at_one_and_a_half_times_their_prof
 
     *_, latency, drift = asyncio.run(at_start_up())
     ratios = [float(part.split()[1].rstrip("x,")) for part in drift.split(": ")[1].split(", ")]
-    assert ratios == [pytest.approx(1.5, rel=0.1)] * 2, drift
+    # An emulated step never ends early; on a loaded machine it ends late (1.6x seen at load 16 on 2 cores).
+    assert all(1.45 <= r <= 2.0 for r in ratios), drift
     assert latency == [[pytest.approx(v, rel=0.004) for v in t] for t in expected_tables(ratios)]  # 2-digit ratios
