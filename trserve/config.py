@@ -136,6 +136,10 @@ class ServerConfig(_Strict):
     stall_timeout_s: float | None = Field(120.0, gt=0)
     restart: RestartConfig = RestartConfig()
     log_dir: str | None = None
+    #: How the front end and worker processes talk: ``ipc`` sockets in the private run directory, or ``tcp``
+    #: sockets on random ports of ``bind_host``, authenticated and encrypted with per-run CURVE keys.
+    transport: Literal["ipc", "tcp"] = "ipc"
+    bind_host: str = "127.0.0.1"
 
 
 class ServeConfig(_Strict):

@@ -38,7 +38,8 @@ def run(spec: RunSpec, index: int) -> None:
     engine = start_engine(spec, model)
     try:
         mailbox = spec.endpoints.mailbox(index)
-        mailbox.send(FRONTEND, Ready(index, os.getpid(), engine.kv_usage(), tuple(sorted(engine.available_signals))))
+        signals = tuple(sorted(engine.available_signals))
+        mailbox.send(FRONTEND, Ready(index, os.getpid(), engine.kv_usage(), signals, mailbox.address))
         parent = os.getppid()
         num_steps = 0
         while os.getppid() == parent:

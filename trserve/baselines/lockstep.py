@@ -165,7 +165,7 @@ def run(spec: RunSpec, index: int) -> None:
     max_batch = [spec.policy(m).max_batch for m in range(n)]
     subs = [Subserver(build_program(spec, m), BatchingPolicy(threshold=1, max_batch=max_batch[m])) for m in range(n)]
     mailbox = spec.endpoints.mailbox(index)
-    mailbox.send(FRONTEND, Ready(index, os.getpid(), 0.0))
+    mailbox.send(FRONTEND, Ready(index, os.getpid(), 0.0, address=mailbox.address))
     LockstepDriver(subs, mailbox, entry=spec.config.entry_model).run()
     mailbox.close()
 

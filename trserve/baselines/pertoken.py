@@ -118,7 +118,7 @@ def run(spec: RunSpec, index: int) -> None:
     engine: Any = HashPlainEngine(spec, model) if stand_in else PlainEngine(spec, model)
     try:
         mailbox = spec.endpoints.mailbox(index)
-        mailbox.send(FRONTEND, Ready(index, os.getpid(), engine.kv_usage()))
+        mailbox.send(FRONTEND, Ready(index, os.getpid(), engine.kv_usage(), address=mailbox.address))
         parent, num_tokens = os.getppid(), 0
         while os.getppid() == parent:
             for msg in mailbox.receive_all(0 if engine.pending else 1.0):

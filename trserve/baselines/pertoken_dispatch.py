@@ -119,7 +119,7 @@ class Dispatcher:
 def run(spec: RunSpec, index: int) -> None:
     programs = [build_program(spec, m) for m in range(spec.config.num_models)]
     mailbox = spec.endpoints.mailbox(index)
-    mailbox.send(FRONTEND, Ready(index, os.getpid(), 0.0))
+    mailbox.send(FRONTEND, Ready(index, os.getpid(), 0.0, address=mailbox.address))
     Dispatcher(programs, mailbox, entry=spec.config.entry_model).run()
     mailbox.close()
 

@@ -25,9 +25,9 @@ from trserve.calibrate.profile import build_profile
 from trserve.config import ServeConfig
 from trserve.entrypoints import worker_command
 from trserve.hardware import tag_for
+from trserve.runtime.endpoints import Endpoints
 from trserve.runtime.placement import place_models
 from trserve.runtime.runspec import RunSpec, resolve_model_path
-from trserve.runtime.transport import Endpoints
 from trserve.server.launch import log_tail
 from trsim.profile import save_profile
 

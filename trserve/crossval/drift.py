@@ -18,9 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
-from trcore import PROGRAMS, BatchingPolicy, RoutingProgram
+from trcore import BatchingPolicy
 from trserve.config import ServeConfig
 from trserve.crossval.harness import ClientWorkload, CrossvalFrontEnd, StepRecord, crossval_server, run_cell
+from trserve.crossval.messages import ProgramChoice
 from trserve.crossval.predict import Calibration
 from trserve.crossval.workloads import make_workload
 from trserve.server.drift import DEFAULT_TOLERANCE, DriftMeasurement, DriftReport, assess
@@ -52,11 +53,11 @@ def step_ratios(
     return DriftMeasurement(ratios, per_batch, counts, context)
 
 
-def probe_program(target: int, num_models: int) -> Callable[[int], RoutingProgram]:
+def probe_program(target: int, num_models: int) -> Callable[[int], ProgramChoice]:
     """Programs that send every step of every request to ``target`` (its tokens kept)."""
     P = [[1.0 if j == target else 0.0 for j in range(num_models)] for _ in range(num_models)]
     C = [[1.0] * num_models for _ in range(num_models)]
-    return lambda m: PROGRAMS.create("markov", m, num_models, P=P, C=C, seed=0)
+    return lambda m: ProgramChoice.of("markov", {"P": P, "C": C, "seed": 0})
 
 
 async def probe_steps(

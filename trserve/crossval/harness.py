@@ -20,17 +20,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from trcore import BatchingPolicy, RequestSpec, RouteEvent, RoutingProgram
+from trcore import BatchingPolicy, RequestSpec, RouteEvent
 from trcore.traces import RequestTrace, traces_from_events
 from trserve.config import RestartConfig, ServeConfig
-from trserve.crossval.messages import Reconfigure, TraceDump
+from trserve.crossval.messages import ProgramChoice, Reconfigure, TraceDump
 from trserve.frontend.book import FrontEnd
 from trserve.runtime.messages import StepReport
 from trserve.server.launch import Launcher
 from trserve.server.serve import resolve, start_frontend
 
-#: Makes model ``m``'s routing program for a cell (a fresh instance per cell: routers hold RNG state).
-ProgramFactory = Callable[[int], RoutingProgram]
+#: Names model ``m``'s routing program for a cell (its worker builds a fresh instance: routers hold RNG state).
+ProgramFactory = Callable[[int], ProgramChoice]
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,31 @@
 """Crossval's messages between its front end and subserver workers (in a module of their own so both sides
-unpickle them as the same classes: the worker runs as ``__main__``)."""
+decode them as the same classes: the worker runs as ``__main__``). They travel typed, as every message does
+(:mod:`trserve.runtime.wire`): a routing program goes as its registry name and parameters, and the worker
+builds it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trcore import BatchingPolicy, RoutingProgram
+from trcore import PROGRAMS, BatchingPolicy, RoutingProgram
+
+
+@dataclass(frozen=True)
+class ProgramChoice:
+    """A routing program by name (``trcore.PROGRAMS``) with its parameters (plain JSON-like values)."""
+
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, name: str, params: Mapping[str, Any] | None = None) -> ProgramChoice:
+        return cls(name, dict(params or {}))
+
+    def create(self, model: int, num_models: int) -> RoutingProgram:
+        """Model ``model``'s instance (a fresh one: programs hold RNG state)."""
+        return PROGRAMS.create(self.name, model, num_models, **self.params)
 
 
 @dataclass(frozen=True)
@@ -16,15 +35,15 @@ class Reconfigure:
 
     token: int
     policy: BatchingPolicy | None = None
-    program: RoutingProgram | None = None
+    program: ProgramChoice | None = None
     record_trace: bool = False
 
 
 @dataclass(frozen=True)
 class TraceDump:
-    """A model's routing events (``trcore.RouteEvent`` tuples) recorded since the previous ``Reconfigure``."""
+    """A model's routing events (``trcore.RouteEvent`` fields) recorded since the previous ``Reconfigure``."""
 
     model: int
     token: int
-    events: list[tuple[Any, ...]] = field(default_factory=list)
+    events: list[tuple[str, int, int, bool, float]] = field(default_factory=list)
     num_resident: int = 0

@@ -18,13 +18,14 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from trcore import PROGRAMS, BatchingPolicy, RoutingProgram
+from trcore import BatchingPolicy
 from trcore.traces import RequestTrace, trace_to_dict
 from trserve.config import ServeConfig
 from trserve.crossval.diagnose import add_rescaled_predictions, rescaled
 from trserve.crossval.drift import probe_drift
 from trserve.crossval.fidelity import compare, real_fidelity, sim_fidelity, summarize_fidelity
 from trserve.crossval.harness import CellRun, ClientWorkload, StepRecord, crossval_server, run_cell
+from trserve.crossval.messages import ProgramChoice
 from trserve.crossval.plan import CrossvalPlan, RouterChoice
 from trserve.crossval.predict import (
     Calibration,
@@ -46,9 +47,11 @@ def max_batch_of(cfg: ServeConfig) -> int:
     return min(cfg.batching.max_batch or 10**9, *(m.max_num_seqs for m in cfg.models))
 
 
-def program_factory(router: RouterChoice, num_models: int) -> Callable[[int], RoutingProgram]:
-
-    return lambda m: PROGRAMS.create(router.program, m, num_models, **router.params)
+def program_factory(router: RouterChoice, num_models: int) -> Callable[[int], ProgramChoice]:
+    """Every model's program for ``router``'s cells (its parameters checked here, before any cell runs)."""
+    choice = ProgramChoice.of(router.program, router.params)
+    choice.create(0, num_models)
+    return lambda m: choice
 
 
 async def measure(

@@ -38,7 +38,7 @@ class CrossvalLoop(SubserverLoop):
         if msg.policy is not None:
             sub.policy = msg.policy
         if msg.program is not None:
-            sub.program = msg.program
+            sub.program = msg.program.create(self.model, sub.program.num_models)
         sub.trace = [] if msg.record_trace else None
         self.mailbox.send(FRONTEND, TraceDump(self.model, msg.token, events, len(sub.requests)))
 

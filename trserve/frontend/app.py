@@ -102,6 +102,8 @@ def create_app(ctx: ServerContext) -> Any:
             "in_flight": len(fe.generations),
             "down": {str(k): v for k, v in fe.down.items()},
             "workers": [s.__dict__ for s in states],
+            "inboxes": {"frontend": fe.mailbox.address, **{str(p): a for p, a in fe.mailbox.addresses.items()}},
+            "received": dict(fe.mailbox.counts),
         }
 
     @app.post("/v1/completions")

@@ -19,7 +19,7 @@ from trcore import PeerReq, RequestSpec
 from trserve.frontend.generation import Failure, Generation
 from trserve.frontend.metrics import Metrics
 from trserve.runtime.messages import Abort, Failed, Finished, Probe, Ready, State, StepReport
-from trserve.runtime.transport import ActiveCounter, AsyncMailbox
+from trserve.runtime.transport import ActiveCounter, AsyncMailbox, CurveKeys
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,7 @@ class FrontEnd:
         metrics: Metrics,
         max_active: int,
         max_waiting: int,
+        keys: CurveKeys | None = None,
     ) -> None:
         self.entry = entry
         self.num_models = num_models
@@ -67,7 +68,7 @@ class FrontEnd:
         self.restarting: set[int] = set()
         self.ready_waiters: dict[int, asyncio.Future[Ready]] = {}
         self.on_ready: Callable[[Ready], None] | None = None
-        self.mailbox = AsyncMailbox(inbox_address, inboxes)
+        self.mailbox = AsyncMailbox(inbox_address, inboxes, keys)
         self._probes: dict[int, tuple[asyncio.Future[list[State]], int]] = {}
         self._probe_states: dict[int, list[State]] = {}
         self._tokens = itertools.count()
@@ -76,8 +77,14 @@ class FrontEnd:
     # -- wiring -----------------------------------------------------------------------------------------------
 
     def connect(self, proc: int, address: str) -> None:
-        """(Re)connect the outbox of process ``proc``; anything queued for a previous incarnation is dropped."""
+        """(Re)connect the outbox of process ``proc``; anything queued for a previous incarnation is dropped,
+        anything sent since :meth:`disconnect` goes now."""
         self.mailbox.rewire(proc, address)
+
+    def disconnect(self, proc: int) -> None:
+        """Process ``proc`` is (re)starting: drop what was queued for it; hold later messages until it reports
+        its address in ``Ready``."""
+        self.mailbox.disconnect(proc)
 
     def send(self, proc: int, message: Any) -> None:
         self.mailbox.send(proc, message)
@@ -212,7 +219,9 @@ class FrontEnd:
             self._on_state(msg)
         elif isinstance(msg, Ready):
             waiter = self.ready_waiters.pop(msg.model, None)
-            if waiter is not None and not waiter.done():
+            if waiter is not None and not waiter.done():  # only a worker being started may report an address
+                if msg.address:
+                    self.connect(msg.model, msg.address)
                 waiter.set_result(msg)
         else:
             log.error("front end: unknown message %r", type(msg).__name__)

@@ -14,9 +14,10 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from trcore import PROGRAMS, RequestSpec
+from trcore import RequestSpec
 from trserve.config import ServeConfig
 from trserve.crossval.harness import CrossvalFrontEnd, crossval_server
+from trserve.crossval.messages import ProgramChoice
 from trserve.engine.tokenizer import Tokenizer
 from trserve.runtime.runspec import resolve_model_path
 from trserve.server.launch import LaunchError
@@ -61,9 +62,10 @@ class AnswerServer:
     ) -> list[Answer]:
         """Answer every prompt (greedy, ``concurrency`` in flight) with ``program(**params)`` on every model;
         TimeoutError after ``timeout_s`` (a stuck run must not hold the measurement lock)."""
-        n = self.cfg.num_models
-        for m in range(n):
-            await self.frontend.reconfigure(m, program=PROGRAMS.create(program, m, n, **dict(params)))
+        choice = ProgramChoice.of(program, params)
+        choice.create(0, self.cfg.num_models)  # bad parameters fail here, not in a worker
+        for m in range(self.cfg.num_models):
+            await self.frontend.reconfigure(m, program=choice)
         limit = asyncio.Semaphore(concurrency)
 
         async def one(prompt: str) -> Answer:

@@ -265,6 +265,7 @@ class SubserverLoop:
             rss_bytes=rss_bytes(),
             num_steps=self.stats.num_steps,
             engine={"python_objects": python_objects()} if detail else {},
+            received=dict(getattr(self.mailbox, "counts", {})),
         )
 
 

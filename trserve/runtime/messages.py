@@ -26,7 +26,7 @@ class Abort:
 
 @dataclass(frozen=True)
 class Rewire:
-    """Model ``model`` restarted and now listens at ``address``."""
+    """Process ``model`` listens at ``address`` (it restarted, or reported its inbox at start)."""
 
     model: int
     address: str
@@ -47,12 +47,14 @@ class Shutdown:
 
 @dataclass(frozen=True)
 class Ready:
-    """A subserver's engine is up; ``kv_usage`` is its idle KV usage (the baseline)."""
+    """A worker is up (``model``: its process index) and its inbox is bound at ``address``; ``kv_usage`` is its
+    engine's idle KV usage (the baseline)."""
 
     model: int
     pid: int
     kv_usage: float
     signals: tuple[str, ...] = ()
+    address: str = ""
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,8 @@ class State:
     rss_bytes: int
     num_steps: int
     engine: dict[str, object] = field(default_factory=dict)
+    #: Messages its inbox took, by class name, and ``bad`` ones it dropped (:mod:`trserve.runtime.transport`).
+    received: dict[str, int] = field(default_factory=dict)
 
 
 # -- baselines: a driver process talking to engine-only worker processes ---------------------------------------

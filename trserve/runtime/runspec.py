@@ -4,6 +4,7 @@ and read by every subserver process."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -11,8 +12,8 @@ from trcore import BatchingPolicy
 from trcore.errors import ConfigError
 from trserve.config import ServeConfig
 from trserve.paths import prepared_model_dir
+from trserve.runtime.endpoints import Endpoints
 from trserve.runtime.placement import Placement
-from trserve.runtime.transport import Endpoints
 
 PREPARED_PREFIX = "prepared:"
 
@@ -53,14 +54,17 @@ class RunSpec:
         return BatchingPolicy(self.thresholds[model], tables, max_wait, max_batch, peer_slack)
 
     def save(self, path: str | Path) -> None:
+        """Write the spec as JSON readable only by this user (it holds the run's CURVE secret keys on tcp)."""
         data = {
             "config": self.config.model_dump(mode="json"),
             "model_paths": list(self.model_paths),
             "thresholds": list(self.thresholds),
             "placements": [asdict(p) for p in self.placements],
-            "endpoints": asdict(self.endpoints),
+            "endpoints": self.endpoints.to_json(),
         }
-        Path(path).write_text(json.dumps(data, indent=1))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1)
 
     @classmethod
     def load(cls, path: str | Path) -> RunSpec:
@@ -69,11 +73,10 @@ class RunSpec:
             Placement(tuple(p["cpus"]), None if p["gpus"] is None else tuple(p["gpus"]), p["kv_cache_gib"])
             for p in data["placements"]
         )
-        ep = data["endpoints"]
         return cls(
             config=ServeConfig.model_validate(data["config"]),
             model_paths=tuple(data["model_paths"]),
             thresholds=tuple(data["thresholds"]),
             placements=placements,
-            endpoints=Endpoints(ep["run_dir"], ep["num_procs"], tuple(ep["generation"])),
+            endpoints=Endpoints.from_json(data["endpoints"]),
         )

@@ -1,225 +1,224 @@
-"""Local IPC between the front end and the subserver processes: ZeroMQ PUSH/PULL sockets carrying typed
-msgpack messages.
+"""Messages between the front end and the worker processes: ZeroMQ PUSH/PULL sockets carrying typed msgpack
+(:mod:`trserve.runtime.wire`; never pickle).
 
 Every process binds one PULL socket (its inbox) and connects one PUSH socket per process it talks to, so a
-send never waits for the receiver (ZeroMQ queues it) and messages between two processes keep their order.
+send never waits for the receiver (ZeroMQ queues it) and messages between two processes keep their order. A
+message for a peer whose address is not known yet waits in the outbox until the peer is wired
+(:meth:`Outboxes.rewire`): on ``tcp`` a peer's port is known only once it reports it.
 
-Wire format (:func:`encode`): the message's class as ``module:QualName`` and a newline, then its fields as
-msgpack (msgspec, as vLLM v1's engine core uses): 3-4x faster than pickle for the small messages and hand-offs
-of a step, and it decodes only into a message class of the project's own packages (``trserve``, ``trcore``),
-validated against its field types, never arbitrary objects. A message msgspec cannot encode (a field of a type
-it does not know) goes as a pickle under the name ``pickle``; only our own processes share these sockets (IPC
-files in a private run directory).
+Two transports (:class:`trserve.runtime.endpoints.Endpoints` says which): ``ipc`` sockets in the run's private
+directory (mode 0700; only this user's processes reach them, no encryption), or ``tcp`` sockets on random
+ports, every one authenticated and encrypted with ZeroMQ CURVE (:class:`CurveKeys`, made per run): inboxes are
+CURVE servers whose ZAP authenticator accepts only the run's client key, outboxes CURVE clients. A stranger's
+socket fails the handshake and none of its bytes reach :func:`~trserve.runtime.wire.decode`.
 """
 
 from __future__ import annotations
 
-import importlib
+import hmac
+import logging
 import mmap
 import os
-import pickle
 import struct
+from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import zmq
 import zmq.asyncio
+from zmq.auth.thread import ThreadAuthenticator
 
-#: Inbox key of the front end in an address book (model inboxes use the model index).
+from trserve.runtime.wire import WireError, decode, encode
+
+log = logging.getLogger(__name__)
+
+#: Inbox key of the front end in an address book (worker inboxes use the process index).
 FRONTEND = -1
+#: Where :attr:`Mailbox.counts` tallies messages dropped as undecodable.
+BAD = "bad"
 
 
 @dataclass(frozen=True)
-class Endpoints:
-    """The IPC addresses of one server run: an inbox per worker process and one for the front end.
+class CurveKeys:
+    """A run's CURVE keys (Z85 text): one pair for every inbox (server), one for every outbox (client)."""
 
-    In the routed mode process ``m`` serves model ``m``. ``generation[p]`` changes when process ``p``
-    restarts, so peers reconnect to a fresh inbox and drop what they had queued for the dead process."""
+    server_public: str
+    server_secret: str
+    client_public: str
+    client_secret: str
 
-    run_dir: str
-    num_procs: int
-    generation: tuple[int, ...] = ()
+    @classmethod
+    def generate(cls) -> CurveKeys:
+        server_public, server_secret = zmq.curve_keypair()
+        client_public, client_secret = zmq.curve_keypair()
+        return cls(server_public.decode(), server_secret.decode(), client_public.decode(), client_secret.decode())
 
-    def inbox(self, index: int) -> str:
-        gen = self.generation[index] if self.generation else 0
-        return f"ipc://{self.run_dir}/proc-{index}-g{gen}.sock"
-
-    @property
-    def frontend(self) -> str:
-        return f"ipc://{self.run_dir}/frontend.sock"
-
-    @property
-    def active_file(self) -> str:
-        return f"{self.run_dir}/active"
-
-    def with_generation(self, index: int, generation: int) -> Endpoints:
-        gens = list(self.generation or (0,) * self.num_procs)
-        gens[index] = generation
-        return Endpoints(self.run_dir, self.num_procs, tuple(gens))
-
-    def address_book(self) -> dict[int, str]:
-        """Inbox address of every process, keyed by process index (front end: :data:`FRONTEND`)."""
-        book = {p: self.inbox(p) for p in range(self.num_procs)}
-        book[FRONTEND] = self.frontend
-        return book
-
-    def mailbox(self, index: int) -> Mailbox:
-        """Process ``index``'s mailbox: its own inbox bound, an outbox to every other process and the front end."""
-        book = self.address_book()
-        return Mailbox(book.pop(index), book)
+    def callback(self, domain: str, client_key: bytes) -> bool:
+        """The ZAP check of a connecting client: only this run's client key passes."""
+        return hmac.compare_digest(client_key, self.client_public.encode())
 
 
-#: Modules whose message classes travel typed (the hot path: steps, hand-offs); others' messages go as pickles.
-WIRE_PACKAGES = ("trserve.runtime.", "trcore.")
-_PICKLE = b"pickle"
-_ENCODER = msgspec.msgpack.Encoder()
-_names: dict[type, bytes] = {}
-_decoders: dict[bytes, msgspec.msgpack.Decoder[Any]] = {}
-
-
-def encode(message: Any) -> bytes:
-    """A message as bytes on the wire (the only place the wire format is chosen)."""
-    cls = type(message)
-    name = _names.get(cls)
-    if name is None:
-        name = _names[cls] = _wire_name(cls)
-    if name != _PICKLE:
-        try:
-            return name + b"\n" + _ENCODER.encode(message)
-        except (TypeError, msgspec.EncodeError):
-            pass  # a field msgspec does not know (e.g. a numpy number): this one message goes as a pickle
-    return _PICKLE + b"\n" + pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def _wire_name(cls: type) -> bytes:
-    """``module:QualName`` of a class that travels typed (msgspec can decode into it), else ``pickle``."""
-    if not cls.__module__.startswith(WIRE_PACKAGES) or "<" in cls.__qualname__:
-        return _PICKLE
-    name = f"{cls.__module__}:{cls.__qualname__}".encode()
-    try:
-        _decoders.setdefault(name, msgspec.msgpack.Decoder(cls, strict=False))
-    except TypeError:  # a field type msgspec cannot decode (e.g. a routing program object)
-        return _PICKLE
-    return name
-
-
-def decode(data: bytes) -> Any:
-    """The message :func:`encode` wrote."""
-    cut = data.index(b"\n")
-    name, body = data[:cut], memoryview(data)[cut + 1 :]
-    if name == _PICKLE:
-        return pickle.loads(body)
-    decoder = _decoders.get(name)
-    if decoder is None:
-        decoder = _decoders[name] = msgspec.msgpack.Decoder(_message_class(name.decode()), strict=False)
-    return decoder.decode(body)
-
-
-def _message_class(name: str) -> type:
-    """The class ``module:QualName`` of a message, only from :data:`WIRE_PACKAGES`."""
-    module, _, qualname = name.partition(":")
-    if not module.startswith(WIRE_PACKAGES):
-        raise ValueError(f"refusing to decode a message of class {name!r}")
-    found: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        found = getattr(found, part)
-    return found  # type: ignore[no-any-return]
-
-
-def _push_socket(ctx: zmq.Context[Any], address: str) -> zmq.Socket[Any]:
+def _push_socket(ctx: zmq.Context[Any], address: str, keys: CurveKeys | None) -> zmq.Socket[Any]:
     sock = ctx.socket(zmq.PUSH)
     sock.setsockopt(zmq.LINGER, 0)  # a closed outbox drops what a dead peer never took
     sock.setsockopt(zmq.SNDHWM, 0)  # never block the sender: hand-offs must not stall a model's loop
+    if keys is not None:
+        sock.curve_serverkey = keys.server_public.encode()
+        sock.curve_publickey = keys.client_public.encode()
+        sock.curve_secretkey = keys.client_secret.encode()
     sock.connect(address)
     return sock
 
 
+class Inbox:
+    """A bound PULL socket (a CURVE server behind a ZAP authenticator when ``keys`` are given); ``address`` is
+    where it was bound (``tcp://host:*`` resolved to its port)."""
+
+    def __init__(self, ctx: zmq.Context[Any], bind_address: str, keys: CurveKeys | None) -> None:
+        self.auth: ThreadAuthenticator | None = None
+        if keys is not None:
+            self.auth = ThreadAuthenticator(ctx, log=log.getChild("zap"))
+            self.auth.start()
+            self.auth.configure_curve_callback("*", credentials_provider=keys)
+        self.socket = ctx.socket(zmq.PULL)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        if keys is not None:
+            self.socket.curve_secretkey = keys.server_secret.encode()
+            self.socket.curve_publickey = keys.server_public.encode()
+            self.socket.curve_server = True
+        self.socket.bind(bind_address)
+        self.address: str = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.counts: Counter[str] = Counter()
+
+    def decoded(self, data: bytes) -> Any | None:
+        """The message in ``data``, or None (logged, counted as :data:`BAD`) when it is not one."""
+        try:
+            message = decode(data)
+        except WireError as exc:
+            self.counts[BAD] += 1
+            log.warning("dropped a message on %s: %s", self.address, exc)
+            return None
+        self.counts[type(message).__name__] += 1
+        return message
+
+    def close(self) -> None:
+        self.socket.close(linger=0)
+        if self.auth is not None:
+            self.auth.stop()
+
+
 class Outboxes:
     """One PUSH socket per peer process, keyed by its index (the front end: :data:`FRONTEND`). ``flags`` go with
-    every send (the front end's event loop sends with ``zmq.NOBLOCK``)."""
+    every send (the front end's event loop sends with ``zmq.NOBLOCK``). Messages for a known peer without an
+    address (:meth:`disconnect`, or never wired) wait until :meth:`rewire` gives one."""
 
-    def __init__(self, ctx: zmq.Context[Any], peers: Mapping[int, str], flags: int = 0) -> None:
-        self.ctx, self.flags = ctx, flags
-        self.sockets = {dest: _push_socket(ctx, address) for dest, address in peers.items()}
+    def __init__(
+        self, ctx: zmq.Context[Any], peers: Mapping[int, str], flags: int = 0, keys: CurveKeys | None = None
+    ) -> None:
+        self.ctx, self.flags, self.keys = ctx, flags, keys
+        self.sockets: dict[int, zmq.Socket[Any] | None] = {
+            dest: _push_socket(ctx, address, keys) for dest, address in peers.items()
+        }
+        self.addresses: dict[int, str] = dict(peers)
+        self.pending: dict[int, list[bytes]] = {}
 
     @property
     def destinations(self) -> list[int]:
         return list(self.sockets)
 
     def send(self, dest: int, message: Any) -> None:
-        self.sockets[dest].send(encode(message), self.flags)
+        sock = self.sockets.get(dest)
+        if sock is None:
+            self.pending.setdefault(dest, []).append(encode(message))
+        else:
+            sock.send(encode(message), self.flags)
 
-    def rewire(self, dest: int, address: str) -> None:
-        """Point the outbox for ``dest`` at a new inbox (the peer restarted); queued messages are dropped."""
-        old = self.sockets.pop(dest, None)
+    def disconnect(self, dest: int) -> None:
+        """Drop what was queued for ``dest`` (it died); later messages wait for its new address."""
+        old = self.sockets.get(dest)
         if old is not None:
             old.close(linger=0)
-        self.sockets[dest] = _push_socket(self.ctx, address)
+        self.sockets[dest] = None
+        self.addresses.pop(dest, None)
+
+    def rewire(self, dest: int, address: str) -> None:
+        """Point the outbox for ``dest`` at a new inbox (the peer restarted, or reported where it listens):
+        what was queued for its old inbox is dropped, what waited for an address goes now."""
+        self.disconnect(dest)
+        sock = self.sockets[dest] = _push_socket(self.ctx, address, self.keys)
+        self.addresses[dest] = address
+        for data in self.pending.pop(dest, []):
+            sock.send(data, self.flags)
 
     def close(self) -> None:
         for sock in self.sockets.values():
-            sock.close(linger=0)
+            if sock is not None:
+                sock.close(linger=0)
 
 
-@dataclass
 class Mailbox:
     """A blocking mailbox for a worker process: one inbox, an outbox per peer."""
 
-    inbox_address: str
-    peers: Mapping[int, str]
-    ctx: zmq.Context[Any] = field(default_factory=zmq.Context)
-
-    def __post_init__(self) -> None:
-        self.inbox = self.ctx.socket(zmq.PULL)
-        self.inbox.setsockopt(zmq.LINGER, 0)
-        self.inbox.bind(self.inbox_address)
-        self.outboxes = Outboxes(self.ctx, self.peers)
+    def __init__(self, bind_address: str, peers: Mapping[int, str], keys: CurveKeys | None = None) -> None:
+        self.ctx: zmq.Context[Any] = zmq.Context()
+        self.inbox = Inbox(self.ctx, bind_address, keys)
+        self.address, self.counts = self.inbox.address, self.inbox.counts
+        self.outboxes = Outboxes(self.ctx, peers, keys=keys)
         self.send, self.rewire = self.outboxes.send, self.outboxes.rewire
         self.poller = zmq.Poller()
-        self.poller.register(self.inbox, zmq.POLLIN)
+        self.poller.register(self.inbox.socket, zmq.POLLIN)
 
     def receive_all(self, timeout_s: float | None) -> list[Any]:
-        """Wait up to ``timeout_s`` (None: forever) for a message, then take every message already queued."""
+        """Wait up to ``timeout_s`` (None: forever) for a message, then take every message already queued
+        (bad ones are logged and dropped)."""
         timeout_ms = None if timeout_s is None else max(0, int(timeout_s * 1000))
         if not self.poller.poll(timeout_ms):
             return []
         out = []
         while True:
             try:
-                out.append(decode(self.inbox.recv(zmq.NOBLOCK)))
+                data = self.inbox.socket.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return out
+            message = self.inbox.decoded(data)
+            if message is not None:
+                out.append(message)
 
     def close(self) -> None:
         self.outboxes.close()
-        self.inbox.close(linger=0)
+        self.inbox.close()
 
 
 class AsyncMailbox:
     """The front end's mailbox: the same outboxes, and an inbox read on an asyncio loop."""
 
-    def __init__(self, inbox_address: str, peers: Mapping[int, str]) -> None:
-        self._actx = zmq.asyncio.Context()
-        self.inbox = self._actx.socket(zmq.PULL)
-        self.inbox.setsockopt(zmq.LINGER, 0)
-        self.inbox.bind(inbox_address)
-        self.outboxes = Outboxes(zmq.Context(), peers, zmq.NOBLOCK)
-        self.send, self.rewire = self.outboxes.send, self.outboxes.rewire
+    def __init__(self, bind_address: str, peers: Mapping[int, str], keys: CurveKeys | None = None) -> None:
+        self.inbox = Inbox(zmq.asyncio.Context(), bind_address, keys)
+        self.address, self.counts = self.inbox.address, self.inbox.counts
+        self.outboxes = Outboxes(zmq.Context(), peers, zmq.NOBLOCK, keys)
+        self.send, self.rewire, self.disconnect = self.outboxes.send, self.outboxes.rewire, self.outboxes.disconnect
 
     @property
     def destinations(self) -> list[int]:
         return self.outboxes.destinations
 
+    @property
+    def addresses(self) -> dict[int, str]:
+        """The inbox of every peer process this mailbox is wired to."""
+        return self.outboxes.addresses
+
     async def receive(self) -> Any:
-        """The next message."""
-        return decode(await self.inbox.recv())
+        """The next message (bad ones are logged and dropped)."""
+        while True:
+            message = self.inbox.decoded(await self.inbox.socket.recv())
+            if message is not None:
+                return message
 
     def close(self) -> None:
         self.outboxes.close()
-        self.inbox.close(linger=0)
+        self.inbox.close()
 
 
 class ActiveCounter:

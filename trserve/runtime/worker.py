@@ -122,8 +122,9 @@ def run(
         sub = Subserver(program, spec.policy(model))
         loop = loop_cls(sub, engine, mailbox, read_active=active.read)
         signals = tuple(sorted(engine.available_signals))
-        mailbox.send(FRONTEND, Ready(model, os.getpid(), engine.kv_usage(), signals))
-        log.info("model %d (%s) ready: policy %s", model, spec.config.models[model].name, sub.policy)
+        mailbox.send(FRONTEND, Ready(model, os.getpid(), engine.kv_usage(), signals, mailbox.address))
+        name = spec.config.models[model].name
+        log.info("model %d (%s) ready at %s: policy %s", model, name, mailbox.address, sub.policy)
         loop.run()
         mailbox.close()
     finally:

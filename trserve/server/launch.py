@@ -3,6 +3,11 @@
 Each worker is a fresh interpreter (``python -m MODULE RUN_JSON INDEX``) whose placement is fixed before it
 starts: CPU affinity in the child before exec, and the environment vLLM reads at import. A worker that exits
 before it reports ready stops the whole launch with the tail of its log.
+
+Wiring (:mod:`trserve.runtime.endpoints`): a worker's run spec names every inbox bound so far (the front end's
+first); it binds its own and reports it in ``Ready``. Once all are ready the launcher tells each worker, by
+``Rewire``, every peer address its spec did not have (all of them on ``tcp``; none on ``ipc``, whose socket
+files are known in advance); a restarted worker's new address reaches its peers the same way.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import os
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from trserve.config import RestartConfig
@@ -25,6 +30,7 @@ from trserve.frontend.recovery import Recovery
 from trserve.runtime.messages import Ready, Rewire, Shutdown
 from trserve.runtime.placement import Placement
 from trserve.runtime.runspec import RunSpec
+from trserve.runtime.transport import FRONTEND
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +60,8 @@ class Worker:
     restarts: int = 0
     pid: int | None = None
     ready: asyncio.Future[Ready] | None = None
+    #: The peer inboxes this worker knows (from its run spec, then each ``Rewire`` it was sent).
+    told: dict[int, str] = field(default_factory=dict)
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -76,7 +84,7 @@ class Launcher:
         metrics: Metrics,
         restart: RestartConfig,
     ) -> None:
-        self.spec = spec
+        self.spec = replace(spec, endpoints=spec.endpoints.with_address(FRONTEND, frontend.mailbox.address))
         self.workers = [Worker(w) for w in workers]
         self.log_dir = log_dir
         self.frontend = frontend
@@ -96,6 +104,7 @@ class Launcher:
         self.spec = replace(self.spec, endpoints=self.spec.endpoints.with_generation(spec.index, worker.generation))
         run_json = self.log_dir / f"run-{spec.index}-g{worker.generation}.json"
         self.spec.save(run_json)
+        worker.told = dict(self.spec.endpoints.addresses)
         env = {**os.environ, **spec.placement.environment(), "PYTHONUNBUFFERED": "1"}
         cpus = set(spec.placement.cpus)
         logf = open(self.log_path(spec.index), "ab")  # noqa: SIM115  (the child keeps it)
@@ -115,7 +124,7 @@ class Launcher:
         # Registered before the worker can answer: a Ready that arrives while we wait for another worker is kept.
         worker.ready = asyncio.get_running_loop().create_future()
         self.frontend.ready_waiters[spec.index] = worker.ready
-        self.frontend.connect(spec.index, self.spec.endpoints.inbox(spec.index))
+        self.frontend.disconnect(spec.index)  # the front end connects when the worker reports its address
 
     async def _await_ready(self, workers: list[Worker], timeout_s: float) -> list[Ready]:
         """Wait until every worker of ``workers`` is ready; the first to exit (or the timeout) raises at once."""
@@ -131,7 +140,30 @@ class Launcher:
                 late = next(w for w in workers if w.ready is not None and not w.ready.done())
                 raise LaunchError(self._failure(late, f"was not ready after {timeout_s:.0f} s"))
             await asyncio.wait([f for f in futures if not f.done()], timeout=0.2)
+        for worker in workers:
+            self._record_address(worker)
         return [f.result() for f in futures]
+
+    def _record_address(self, worker: Worker) -> None:
+        """Note where a worker that reported ready listens (its ``Ready`` says)."""
+        assert worker.ready is not None
+        address = worker.ready.result().address
+        if not address:
+            raise LaunchError(self._failure(worker, "reported ready without its inbox address"))
+        self.spec = replace(self.spec, endpoints=self.spec.endpoints.with_address(worker.spec.index, address))
+
+    def _tell(self, worker: Worker, peer: int) -> None:
+        """Send ``worker`` the current address of process ``peer`` unless it knows it already."""
+        address = self.spec.endpoints.addresses.get(peer)
+        if address is not None and worker.told.get(peer) != address and worker.spec.index not in self.frontend.down:
+            self.frontend.send(worker.spec.index, Rewire(peer, address))
+            worker.told[peer] = address
+
+    def _wire(self, worker: Worker) -> None:
+        """Tell ``worker`` every peer address it does not know yet."""
+        for other in self.workers:
+            if other is not worker:
+                self._tell(worker, other.spec.index)
 
     def _failure(self, worker: Worker, what: str) -> str:
         path = self.log_path(worker.spec.index)
@@ -146,6 +178,8 @@ class Launcher:
         except BaseException:
             await self.stop_all()
             raise
+        for worker in self.workers:
+            self._wire(worker)
         for w in self.workers:
             self.metrics.up.labels(w.spec.name).set(1)
         self._monitor = asyncio.get_running_loop().create_task(self._watch())
@@ -185,10 +219,10 @@ class Launcher:
             self.recovery.model_down(index, f"{name!r} failed to restart; see {self.log_path(index)}", restarting=False)
             return
         for other in self.workers:  # peers drop their queue for the dead process and talk to the new one
-            if other is not worker and other.spec.index not in self.frontend.down:
-                self.frontend.send(
-                    other.spec.index, Rewire(worker.spec.index, self.spec.endpoints.inbox(worker.spec.index))
-                )
+            if other is not worker:
+                other.told.pop(index, None)  # even at the same address: what it queued for the dead one goes
+                self._tell(other, index)
+        self._wire(worker)
         self.metrics.up.labels(name).set(1)
         log.info("worker %s restarted (generation %d); resuming its requests", name, worker.generation)
         self.recovery.model_up(index)

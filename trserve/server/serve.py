@@ -15,9 +15,10 @@ from trserve.engine.stand_in_tokenizer import load_tokenizer
 from trserve.frontend.app import ServerContext, create_app
 from trserve.frontend.book import FrontEnd
 from trserve.frontend.metrics import Metrics
+from trserve.runtime.endpoints import Endpoints
 from trserve.runtime.placement import Placement, merge, place_models
 from trserve.runtime.runspec import RunSpec, resolve_model_path
-from trserve.runtime.transport import ActiveCounter, Endpoints
+from trserve.runtime.transport import FRONTEND, ActiveCounter, CurveKeys
 from trserve.runtime.worker import build_program
 from trserve.server.drift import DriftProbe
 from trserve.server.launch import Launcher, LaunchError, WorkerSpec
@@ -36,12 +37,19 @@ def resolve(
     thresholds = tuple(resolve_thresholds(cfg, paths, report, probe))
     placements = place_models(list(cfg.models))
     workers = worker_specs(cfg, placements)
-    endpoints = Endpoints(run_dir, len(workers), (0,) * len(workers))
+    endpoints = run_endpoints(cfg, run_dir, len(workers))
     spec = RunSpec(cfg, paths, thresholds, tuple(placements), endpoints)
     for m in range(cfg.num_models):
         spec.policy(m)  # validates tables and max batch now, not in a worker
         build_program(spec, m)  # unknown programs and bad parameters too
     return spec, workers
+
+
+def run_endpoints(cfg: ServeConfig, run_dir: str, num_procs: int) -> Endpoints:
+    """The run's address table: nothing bound yet; fresh CURVE keys on ``tcp``."""
+    server = cfg.server
+    keys = CurveKeys.generate() if server.transport == "tcp" else None
+    return Endpoints(run_dir, num_procs, (0,) * num_procs, server.transport, server.bind_host, keys=keys)
 
 
 def _model_path(cfg: ServeConfig, model: int) -> str:
@@ -128,16 +136,16 @@ def start_frontend(
     active-request counter it writes."""
     metrics = Metrics([m.name for m in cfg.models])
     active = ActiveCounter(spec.endpoints.active_file, writable=True)
-    book = spec.endpoints.address_book()
     frontend = frontend_cls(
-        book.pop(-1),
-        book,
+        spec.endpoints.bind_address(FRONTEND),
+        {},  # workers are connected as they report ready (trserve.server.launch)
         entry=entry,
         num_models=cfg.num_models,
         active=active,
         metrics=metrics,
         max_active=cfg.server.max_active_requests,
         max_waiting=cfg.server.max_waiting_requests,
+        keys=spec.endpoints.keys,
     )
     frontend.start()
     return frontend, metrics, active

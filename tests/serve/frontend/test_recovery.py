@@ -17,9 +17,10 @@ from trserve.frontend.generation import Generation
 from trserve.frontend.metrics import Metrics
 from trserve.frontend.recovery import Recovery
 from trserve.frontend.streaming import GenerationFailed
+from trserve.runtime.endpoints import Endpoints
 from trserve.runtime.loop import SubserverLoop
 from trserve.runtime.messages import Abort, Failed, Finished, Rewire, StepReport
-from trserve.runtime.transport import FRONTEND, ActiveCounter, Endpoints, Mailbox
+from trserve.runtime.transport import FRONTEND, ActiveCounter, Mailbox
 
 
 class Bench:

@@ -7,9 +7,10 @@ from trcore import CLIENT, BatchingPolicy, PeerReq, RequestSpec, Subserver
 from trcore.programs.schedule import ScheduleProgram, random_decision
 from trserve.engine.hash import HashEngine, hash_next
 from trserve.frontend.generation import Generation
+from trserve.runtime.endpoints import Endpoints
 from trserve.runtime.loop import SubserverLoop
 from trserve.runtime.messages import Abort, Probe, State, StepReport
-from trserve.runtime.transport import FRONTEND, ActiveCounter, Endpoints, Mailbox
+from trserve.runtime.transport import FRONTEND, ActiveCounter, Mailbox
 
 
 def reference(prompt, rid, schedule, prob, max_tokens, seed=0):

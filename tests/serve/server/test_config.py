@@ -5,9 +5,9 @@ from pydantic import ValidationError
 
 from trcore.errors import ConfigError
 from trserve.config import ServeConfig, dump_config, load_config
+from trserve.runtime.endpoints import Endpoints
 from trserve.runtime.placement import merge, place_models
 from trserve.runtime.runspec import RunSpec, resolve_model_path
-from trserve.runtime.transport import Endpoints
 from trserve.server.defaults import default_config
 from trserve.server.thresholds import load_profile, resolve_thresholds
 
