@@ -25,16 +25,17 @@ class _Strict(BaseModel):
 
 class PlacementConfig(_Strict):
     """Where one model runs. On CPU: ``cpus`` (core ids; None = an even share of this process's cores).
-    On CUDA: ``gpus`` (device ids, as many as ``tensor_parallel_size``)."""
+    On CUDA: ``gpus`` (device ids, ``tensor_parallel_size`` per replica). A model with replicas splits them in
+    order: replica ``r`` gets the ``r``-th equal share."""
 
     cpus: list[int] | None = None
     gpus: list[int] | None = None
     tensor_parallel_size: int = Field(1, ge=1)
 
     @model_validator(mode="after")
-    def _gpus_match_tp(self) -> PlacementConfig:
-        if self.gpus is not None and len(self.gpus) != self.tensor_parallel_size:
-            raise ValueError(f"{len(self.gpus)} gpus given for tensor_parallel_size {self.tensor_parallel_size}")
+    def _gpus_distinct(self) -> PlacementConfig:
+        if self.gpus is not None and len(set(self.gpus)) != len(self.gpus):
+            raise ValueError(f"gpus {self.gpus} name a device twice")
         return self
 
 
@@ -74,7 +75,27 @@ class ModelConfig(_Strict):
     block_size: int = Field(32, ge=1)
     kv_cache_gib: float = Field(1.0, gt=0)
     max_num_seqs: int = Field(64, ge=1)
+    #: Copies of this model, each its own subserver process, engine and KV cache (``mode: routed`` only); a request
+    #: is pinned to one of them (the least loaded when it is admitted) for its whole life.
+    replicas: int = Field(1, ge=1, le=64)
     placement: PlacementConfig = PlacementConfig()
+
+    @model_validator(mode="after")
+    def _devices_per_replica(self) -> ModelConfig:
+        place, k = self.placement, self.replicas
+        if place.gpus is not None and len(place.gpus) != place.tensor_parallel_size * k:
+            raise ValueError(
+                f"placement.gpus: {len(place.gpus)} given; {k} replica(s) x tensor_parallel_size "
+                f"{place.tensor_parallel_size} need {place.tensor_parallel_size * k}"
+            )
+        if place.cpus is not None and len(place.cpus) < k:
+            raise ValueError(f"placement.cpus: {len(place.cpus)} core(s) for {k} replicas; each replica needs its own")
+        return self
+
+    def process_name(self, replica: int) -> str:
+        """The name of the process running replica ``replica`` (logs, metrics): the model's name when it has one
+        replica, else ``NAME-rR``."""
+        return self.name if self.replicas == 1 else f"{self.name}-r{replica}"
 
 
 class RouterConfig(_Strict):
@@ -172,6 +193,7 @@ class ServeConfig(_Strict):
             raise ValueError(f"batching.tables needs one table per model ({n})")
         _check_disjoint_cpus(self.models)
         _check_backend_fields(self.backend, self.models)
+        _check_replicas(self.mode, self.models)
         fewest = min(m.max_num_seqs for m in self.models)
         if self.mode != "per-token" and self.server.max_active_requests > fewest:
             raise ValueError(
@@ -183,6 +205,11 @@ class ServeConfig(_Strict):
     @property
     def num_models(self) -> int:
         return len(self.models)
+
+    @property
+    def replicas(self) -> tuple[int, ...]:
+        """Copies of each model (one subserver process each)."""
+        return tuple(m.replicas for m in self.models)
 
     @property
     def max_model_len(self) -> int:
@@ -197,6 +224,16 @@ def _check_disjoint_cpus(models: list[ModelConfig]) -> None:
             if cpu in seen:
                 raise ValueError(f"cpu {cpu} is given to both {seen[cpu]!r} and {m.name!r}; core sets must be disjoint")
             seen[cpu] = m.name
+
+
+def _check_replicas(mode: str, models: list[ModelConfig]) -> None:
+    for i, m in enumerate(models):
+        if m.replicas > 1 and mode != "routed":
+            raise ValueError(f"models.{i}.replicas: {m.replicas} replicas need mode: routed (mode is {mode})")
+    names = [m.process_name(r) for m in models for r in range(m.replicas)]
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        raise ValueError(f"models: replica process names {clash} clash with a model's name; rename that model")
 
 
 def _check_backend_fields(backend: str, models: list[ModelConfig]) -> None:

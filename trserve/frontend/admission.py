@@ -19,6 +19,7 @@ from typing import Any
 
 from trcore import RequestSpec
 from trcore.program import PROGRAMS, RoutingProgram
+from trcore.replicas import PIN_KEY
 from trserve.config import ServeConfig
 from trserve.frontend.api_models import SamplingFields
 from trserve.runtime.messages import INCARNATION
@@ -132,8 +133,9 @@ def check_extras(body: SamplingFields) -> None:
     if body.return_token_ids and body.stream:
         raise Refused("return_token_ids", "only supported without stream")
     extra = body.routing_extra or {}
-    if INCARNATION in extra:
-        raise Refused("routing_extra", f"routing_extra.{INCARNATION} is the server's own key (crash recovery)")
+    for key, what in ((INCARNATION, "crash recovery"), (PIN_KEY, "replica pins")):
+        if key in extra:
+            raise Refused("routing_extra", f"routing_extra.{key} is the server's own key ({what})")
     try:
         size = len(json.dumps(extra, separators=(",", ":")))
     except (ValueError, RecursionError):

@@ -18,6 +18,7 @@ from typing import Any
 from trcore import PeerReq, RequestSpec
 from trserve.frontend.generation import Failure, Generation
 from trserve.frontend.metrics import Metrics
+from trserve.frontend.pinning import Pinning
 from trserve.runtime.messages import Abort, Failed, Finished, Probe, Ready, State, StepReport
 from trserve.runtime.transport import ActiveCounter, AsyncMailbox, CurveKeys
 
@@ -40,7 +41,8 @@ class FrontEnd:
     """Admits requests, talks to the subserver processes over ZeroMQ and tracks every request to its end.
 
     ``inboxes[p]`` is the address of process ``p`` (for the routed mode, process ``m`` serves model ``m``);
-    ``entry`` is the process that receives new requests."""
+    ``entry`` is the process that receives new requests. With replicas (``pinning``), ``entry`` is the entry
+    model, and each request goes to the process of its pinned replica of it."""
 
     def __init__(
         self,
@@ -53,8 +55,10 @@ class FrontEnd:
         max_active: int,
         max_waiting: int,
         keys: CurveKeys | None = None,
+        pinning: Pinning | None = None,
     ) -> None:
         self.entry = entry
+        self.pinning = pinning
         self.num_models = num_models
         self.active = active
         self.metrics = metrics
@@ -101,6 +105,8 @@ class FrontEnd:
         if self._receiver is not None:
             self._receiver.cancel()
         self.mailbox.close()
+        if self.pinning is not None:
+            self.pinning.close()
 
     # -- admission --------------------------------------------------------------------------------------------
 
@@ -123,6 +129,7 @@ class FrontEnd:
         return gen
 
     def _dispatch(self, gen: Generation) -> None:
+        extra = dict(gen.extra) if self.pinning is None else self.pinning.pin(gen)
         msg = PeerReq(
             request_id=gen.request_id,
             start=0,
@@ -130,12 +137,12 @@ class FrontEnd:
             anchors=(0,) * self.num_models,
             origin=-1,
             spec=gen.spec,
-            extra=dict(gen.extra),
+            extra=extra,
         )
         gen.is_dispatched = True
         gen.last_progress = time.monotonic()
         self.num_active += 1
-        self.send(self.entry, msg)
+        self.send(self.entry if self.pinning is None else self.pinning.process(gen, self.entry), msg)
 
     def dispatch_waiting(self) -> None:
         """Dispatch queued requests while there is room and every model is up."""
@@ -155,6 +162,8 @@ class FrontEnd:
             self.num_active -= 1
         else:
             self.waiting.remove(gen)
+        if self.pinning is not None:
+            self.pinning.unpin(gen)
         gen.events.put_nowait(event)
         self.metrics.requests.labels(outcome).inc()
         if outcome == "finished":
@@ -164,6 +173,8 @@ class FrontEnd:
 
     def publish_counts(self) -> None:
         self.active.write(self.num_active)
+        if self.pinning is not None:
+            self.pinning.publish()
         self.metrics.active.set(self.num_active)
         self.metrics.waiting.set(len(self.waiting))
 
@@ -228,6 +239,8 @@ class FrontEnd:
 
     def _on_step(self, report: StepReport) -> None:
         self.metrics.observe_step(report)
+        if self.pinning is not None:
+            self.pinning.on_report(report)
         now = time.monotonic()
         for rid, offset, tokens in report.tokens:
             gen = self.generations.get(rid)

@@ -49,6 +49,8 @@ class Generation:
     routes: dict[int, tuple[int, dict[str, Any]]] = field(default_factory=dict)
     #: How many times it was resumed (subservers tell its incarnations apart by it).
     incarnation: int = 0
+    #: With replicas: its replica of each model (see :mod:`trserve.frontend.pinning`); None before dispatch.
+    pins: tuple[int, ...] | None = None
     _early: dict[int, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
 
     @property

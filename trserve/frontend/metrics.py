@@ -14,10 +14,14 @@ LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
 class Metrics:
-    """Per-model step metrics (fed by subserver step reports) and request-level metrics of the front end."""
+    """Per-model step metrics (fed by subserver step reports) and request-level metrics of the front end.
 
-    def __init__(self, model_names: list[str]) -> None:
+    The ``model`` label names a subserver process: the model's name, or with replicas ``replica_names[m][r]``
+    (e.g. ``small-r1``, :meth:`trserve.config.ModelConfig.process_name`)."""
+
+    def __init__(self, model_names: list[str], replica_names: list[list[str]] | None = None) -> None:
         self.model_names = model_names
+        self.replica_names = replica_names or [[name] for name in model_names]
         self.registry = CollectorRegistry()
         reg = self.registry
         self.batch_size = Histogram(
@@ -82,11 +86,15 @@ class Metrics:
             "tokenrouter_request_seconds", "Request latency, arrival to finish", buckets=LATENCY_BUCKETS, registry=reg
         )
 
-    def name(self, model: int) -> str:
-        return self.model_names[model] if 0 <= model < len(self.model_names) else str(model)
+    def name(self, model: int, replica: int = 0) -> str:
+        """The label of ``model``'s replica ``replica`` (its name with one replica)."""
+        if not 0 <= model < len(self.model_names):
+            return str(model)
+        names = self.replica_names[model]
+        return names[replica] if 0 <= replica < len(names) else f"{self.model_names[model]}-r{replica}"
 
     def observe_step(self, report: StepReport) -> None:
-        model = self.name(report.model)
+        model = self.name(report.model, report.replica)
         if report.batch_size:
             self.steps.labels(model).inc()
             self.batch_size.labels(model).observe(report.batch_size)
@@ -114,7 +122,7 @@ class Metrics:
         for state in states:
             if state.model < 0:  # a driver or dispatcher process, not a model
                 continue
-            model = self.name(state.model)
+            model = self.name(state.model, state.replica)
             self.queue_length.labels(model).set(state.num_ready)
             self.resident.labels(model).set(state.num_resident)
             self.kv_usage.labels(model).set(state.kv_usage)

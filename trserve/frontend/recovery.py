@@ -39,6 +39,8 @@ class Recovery:
         without a restart every request fails (HTTP 503)."""
         fe = self.frontend
         fe.down[proc] = why
+        if fe.pinning is not None:
+            fe.pinning.forget_queue(proc)
         if not restarting:
             fe.restarting.discard(proc)
             fe.fail_all(f"model process {why}")
@@ -72,7 +74,11 @@ class Recovery:
         model, msg = gen.resume(fe.num_models, fe.entry)
         gen.last_progress = time.monotonic()
         self.metrics.resumed.inc()
-        fe.send(model if model in fe.mailbox.destinations else fe.entry, msg)
+        if fe.pinning is None:
+            fe.send(model if model in fe.mailbox.destinations else fe.entry, msg)
+        else:  # every replica dropped what it held of the request: it is pinned afresh
+            msg = fe.pinning.repin(gen, msg)
+            fe.send(fe.pinning.process(gen, model), msg)
 
     async def watch(self) -> None:
         """Check for stalled requests about every second (forever; cancel the task to stop)."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from trcore import CLIENT, Batch, PeerReq, Request, StepResult, Subserver
+from trcore.replicas import ReplicaTable
 from trserve.engine.types import Engine, EngineStepError, StepItem, TokenOut
 from trserve.runtime.messages import (
     Abort,
@@ -59,7 +60,10 @@ class SubserverLoop:
     ``read_active()`` gives the system-wide active-request count (threshold tables). A step that raises
     :class:`~trserve.engine.types.EngineStepError` fails the requests the engine names as its culprits (the
     others are stepped again without them), or the whole batch when it names none; any other exception ends
-    the process."""
+    the process.
+
+    With replicas (``table``), this loop runs replica ``replica`` of its model, and a hand-off to model ``m`` goes to
+    the process of the request's pinned replica of ``m`` (``Request.extra[trcore.replicas.PIN_KEY]``)."""
 
     def __init__(
         self,
@@ -69,8 +73,12 @@ class SubserverLoop:
         read_active: Callable[[], int] = lambda: 0,
         clock: Callable[[], float] = time.monotonic,
         idle_poll_s: float = IDLE_POLL_S,
+        table: ReplicaTable | None = None,
+        replica: int = 0,
     ) -> None:
         self.sub = sub
+        self.table = table if table is not None and table.has_replicas else None
+        self.replica = replica
         self.engine = engine
         self.mailbox = mailbox
         self.read_active = read_active
@@ -223,7 +231,7 @@ class SubserverLoop:
                 self.engine.release(msg.request_id)
             else:
                 num_handoffs += 0 if msg.is_finished else 1
-                self.mailbox.send(dest, msg)
+                self.mailbox.send(dest if self.table is None else self._process_of(dest, msg, batch), msg)
         self.stats.num_handoffs += num_handoffs
         done = {f.request_id for f in finished} | set(failed)
         tokens = committed_tokens(batch, before, done)
@@ -241,7 +249,15 @@ class SubserverLoop:
             failed=[Failed(rid, message) for rid, message in failed.items()],
             routes=resume_points(batch, handoffs, done),
             **emulated_fields(self.engine),
+            replica=self.replica,
         )
+
+    def _process_of(self, model: int, msg: PeerReq, batch: Batch) -> int:
+        """The process of the request's pinned replica of ``model`` (a release carries no routing extra: the
+        request's own record in ``batch`` has its pins)."""
+        assert self.table is not None
+        extra = msg.extra or next(r.extra for r in batch.requests if r.request_id == msg.request_id)
+        return self.table.proc_of_request(model, extra)
 
     def _fail_batch(self, batch: Batch, messages: dict[str, str]) -> None:
         failed = []
@@ -250,7 +266,7 @@ class SubserverLoop:
             failed.append(Failed(req.request_id, messages.get(req.request_id, f"model {self.model} failed")))
         self.sub.fail(batch)  # the batch will never complete; its requests are gone
         report = StepReport(self.model, batch.size, 0, 0.0, self.sub.num_ready, len(self.sub.requests), 0,
-                            self.engine.kv_usage(), failed=failed)  # fmt: skip
+                            self.engine.kv_usage(), failed=failed, replica=self.replica)  # fmt: skip
         self.mailbox.send(FRONTEND, report)
 
     def state(self, token: int, detail: bool = False) -> State:
@@ -266,6 +282,7 @@ class SubserverLoop:
             num_steps=self.stats.num_steps,
             engine={"python_objects": python_objects()} if detail else {},
             received=dict(getattr(self.mailbox, "counts", {})),
+            replica=self.replica,
         )
 
 

@@ -47,8 +47,8 @@ class Shutdown:
 
 @dataclass(frozen=True)
 class Ready:
-    """A worker is up (``model``: its process index) and its inbox is bound at ``address``; ``kv_usage`` is its
-    engine's idle KV usage (the baseline)."""
+    """A worker is up (``model``: its process index; in the routed mode with one replica per model, its model) and
+    its inbox is bound at ``address``; ``kv_usage`` is its engine's idle KV usage (the baseline)."""
 
     model: int
     pid: int
@@ -102,6 +102,8 @@ class StepReport:
     #: ``backend: emulated``: the latency the step was given, and the CPU its wait cost (the final spin).
     emulated_s: float | None = None
     wait_cpu_s: float = 0.0
+    #: Which replica of ``model`` stepped (``models[].replicas``; 0 with one copy of each model).
+    replica: int = 0
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,7 @@ class State:
     engine: dict[str, object] = field(default_factory=dict)
     #: Messages its inbox took, by class name, and ``bad`` ones it dropped (:mod:`trserve.runtime.transport`).
     received: dict[str, int] = field(default_factory=dict)
+    replica: int = 0
 
 
 # -- baselines: a driver process talking to engine-only worker processes ---------------------------------------

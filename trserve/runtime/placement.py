@@ -55,6 +55,40 @@ def place_models(models: list[ModelConfig], cpus: list[int] | None = None) -> li
     return out
 
 
+def place_processes(models: list[ModelConfig], backend: str, cpus: list[int] | None = None) -> list[Placement]:
+    """One placement per subserver process (``ReplicaTable`` order: model by model, replica by replica). A model's
+    cores or GPUs are split evenly among its replicas; models without explicit cores share the free cores among
+    all their replicas. Real engines (``vllm``) need a core of their own per process; stand-in engines (hash,
+    emulated) only wait, so their processes may share cores."""
+    cpus = available_cpus() if cpus is None else cpus
+    if all(m.replicas == 1 for m in models):
+        return place_models(models, cpus)
+    claimed = {c for m in models for c in m.placement.cpus or ()}
+    free = [c for c in cpus if c not in claimed]
+    num_auto = sum(m.replicas for m in models if m.placement.cpus is None)
+    if backend == "vllm" and num_auto > len(free):
+        raise ConfigError(
+            "models.replicas",
+            f"not enough cores: {num_auto} processes (models x replicas without placement.cpus) need a core "
+            f"each, {len(free)} free of {len(cpus)}; lower replicas or give placement.cpus",
+        )
+    per_model = place_models(models, cpus)
+    auto_shares = iter(_split(free or cpus, num_auto))
+    out = []
+    for m, (model, whole) in enumerate(zip(models, per_model, strict=True)):
+        k = model.replicas
+        own = _split(list(whole.cpus), k) if model.placement.cpus is not None else [next(auto_shares) for _ in range(k)]
+        if whole.gpus is not None:
+            tp = model.placement.tensor_parallel_size
+            gpu_sets: list[tuple[int, ...] | None] = [whole.gpus[r * tp : (r + 1) * tp] for r in range(k)]
+        else:
+            gpu_sets = [None] * k
+        if model.placement.cpus is not None and len(model.placement.cpus) < k:
+            raise ConfigError(f"models.{m}.placement.cpus", f"{len(model.placement.cpus)} core(s) for {k} replicas")
+        out += [Placement(cpus=own[r], gpus=gpu_sets[r], kv_cache_gib=model.kv_cache_gib) for r in range(k)]
+    return out
+
+
 def merge(placements: list[Placement]) -> Placement:
     """One process running several models (the lockstep baseline) gets all their devices."""
     cpus = tuple(sorted({c for p in placements for c in p.cpus}))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from trcore import BatchingPolicy
 from trcore.errors import ConfigError
+from trcore.replicas import ReplicaTable
 from trserve.config import ServeConfig
 from trserve.paths import prepared_model_dir
 from trserve.runtime.endpoints import Endpoints
@@ -34,13 +35,26 @@ def resolve_model_path(path: str, field: str = "models.path") -> str:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """What a subserver process needs to start model ``i``."""
+    """What a subserver process needs to start model ``i``. ``placements`` and the endpoints' inboxes are per
+    process: in the routed mode process ``p`` runs replica ``table.replica_of(p)`` of model ``table.model_of(p)``
+    (with one replica of each model, process ``m`` is model ``m``)."""
 
     config: ServeConfig
     model_paths: tuple[str, ...]
     thresholds: tuple[int, ...]
     placements: tuple[Placement, ...]
     endpoints: Endpoints
+
+    @property
+    def table(self) -> ReplicaTable:
+        """Process index <-> (model, replica) of the routed mode."""
+        return ReplicaTable(self.config.replicas)
+
+    def active_file(self, proc: int) -> str:
+        """The shared count a subserver's threshold table reads: every active request (one replica per model), or
+        the requests pinned to process ``proc`` (replicas), written by the front end."""
+        base = self.endpoints.active_file
+        return base if not self.table.has_replicas else f"{base}-{proc}"
 
     def policy(self, model: int) -> BatchingPolicy:
         """Model ``model``'s delayed-batching policy."""

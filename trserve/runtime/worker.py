@@ -107,24 +107,27 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 
 def run(
     spec: RunSpec,
-    model: int,
+    proc: int,
     loop_cls: type[SubserverLoop] = SubserverLoop,
     engine_overrides: dict[str, Any] | None = None,
 ) -> None:
-    """Start model ``model`` and serve until shutdown; ``loop_cls`` and ``engine_overrides`` let a variant
-    (crossval) extend the loop and the engine's settings."""
+    """Start subserver process ``proc`` (replica ``spec.table.replica_of(proc)`` of model
+    ``spec.table.model_of(proc)``; with one replica per model, model ``proc``) and serve until shutdown;
+    ``loop_cls`` and ``engine_overrides`` let a variant (crossval) extend the loop and the engine's settings."""
+    table = spec.table
+    model, replica = table.procs[proc]
     program = build_program(spec, model)
     engine = start_engine(spec, model, **(engine_overrides or {}))
     try:
         check_signals(program, engine.available_signals)
-        mailbox = spec.endpoints.mailbox(model)
-        active = ActiveCounter(spec.endpoints.active_file)
+        mailbox = spec.endpoints.mailbox(proc)
+        active = ActiveCounter(spec.active_file(proc))
         sub = Subserver(program, spec.policy(model))
-        loop = loop_cls(sub, engine, mailbox, read_active=active.read)
+        loop = loop_cls(sub, engine, mailbox, read_active=active.read, table=table, replica=replica)
         signals = tuple(sorted(engine.available_signals))
-        mailbox.send(FRONTEND, Ready(model, os.getpid(), engine.kv_usage(), signals, mailbox.address))
-        name = spec.config.models[model].name
-        log.info("model %d (%s) ready at %s: policy %s", model, name, mailbox.address, sub.policy)
+        mailbox.send(FRONTEND, Ready(proc, os.getpid(), engine.kv_usage(), signals, mailbox.address))
+        name = spec.config.models[model].process_name(replica)
+        log.info("model %d (%s, process %d) ready at %s: policy %s", model, name, proc, mailbox.address, sub.policy)
         loop.run()
         mailbox.close()
     finally:

@@ -15,8 +15,9 @@ from trserve.engine.stand_in_tokenizer import load_tokenizer
 from trserve.frontend.app import ServerContext, create_app
 from trserve.frontend.book import FrontEnd
 from trserve.frontend.metrics import Metrics
+from trserve.frontend.pinning import Pinning
 from trserve.runtime.endpoints import Endpoints
-from trserve.runtime.placement import Placement, merge, place_models
+from trserve.runtime.placement import Placement, merge, place_models, place_processes
 from trserve.runtime.runspec import RunSpec, resolve_model_path
 from trserve.runtime.transport import FRONTEND, ActiveCounter, CurveKeys
 from trserve.runtime.worker import build_program
@@ -35,7 +36,8 @@ def resolve(
     thresholds chose; ``probe``: the drift probe they run first, see ``trserve.server.thresholds``)."""
     paths = tuple(_model_path(cfg, i) for i in range(cfg.num_models))
     thresholds = tuple(resolve_thresholds(cfg, paths, report, probe))
-    placements = place_models(list(cfg.models))
+    routed = cfg.mode == "routed"
+    placements = place_processes(list(cfg.models), cfg.backend) if routed else place_models(list(cfg.models))
     workers = worker_specs(cfg, placements)
     endpoints = run_endpoints(cfg, run_dir, len(workers))
     spec = RunSpec(cfg, paths, thresholds, tuple(placements), endpoints)
@@ -61,10 +63,12 @@ def _model_path(cfg: ServeConfig, model: int) -> str:
 
 
 def worker_specs(cfg: ServeConfig, placements: list[Placement]) -> list[WorkerSpec]:
-    """The processes of a run: one subserver per model (routed); or a driver (lockstep) or dispatcher
-    (per-token) as worker 0 plus one engine-only worker per model (worker ``1 + m`` serves model ``m``)."""
+    """The processes of a run: one subserver per model replica (routed; ``placements`` per process, in
+    :class:`~trcore.replicas.ReplicaTable` order); or a driver (lockstep) or dispatcher (per-token) as worker 0
+    plus one engine-only worker per model (worker ``1 + m`` serves model ``m``)."""
     if cfg.mode == "routed":
-        return [WorkerSpec(i, m.name, "subserver", placements[i]) for i, m in enumerate(cfg.models)]
+        names = [m.process_name(r) for m in cfg.models for r in range(m.replicas)]
+        return [WorkerSpec(p, name, "subserver", placements[p]) for p, name in enumerate(names)]
     everything = merge(placements)
     if cfg.mode == "lockstep":
         # Models never run at once here, so each engine may use every core the models were given.
@@ -133,9 +137,15 @@ def start_frontend(
     cfg: ServeConfig, spec: RunSpec, frontend_cls: type[FrontEnd], entry: int
 ) -> tuple[FrontEnd, Metrics, ActiveCounter]:
     """A started front end of class ``frontend_cls`` (entry process ``entry``), its metrics and the shared
-    active-request counter it writes."""
-    metrics = Metrics([m.name for m in cfg.models])
+    active-request counter it writes (with replicas also one count per process, :class:`Pinning`)."""
+    replica_names = [[m.process_name(r) for r in range(m.replicas)] for m in cfg.models]
+    metrics = Metrics([m.name for m in cfg.models], replica_names)
     active = ActiveCounter(spec.endpoints.active_file, writable=True)
+    table = spec.table
+    pinning = None
+    if table.has_replicas:
+        counters = [ActiveCounter(spec.active_file(p), writable=True) for p in range(table.num_procs)]
+        pinning = Pinning(table, counters)
     frontend = frontend_cls(
         spec.endpoints.bind_address(FRONTEND),
         {},  # workers are connected as they report ready (trserve.server.launch)
@@ -146,6 +156,7 @@ def start_frontend(
         max_active=cfg.server.max_active_requests,
         max_waiting=cfg.server.max_waiting_requests,
         keys=spec.endpoints.keys,
+        pinning=pinning,
     )
     frontend.start()
     return frontend, metrics, active

@@ -1,0 +1,79 @@
+"""The front end's side of replicas: pin each request to one replica of every model when it is dispatched, and
+publish each replica's count of pinned requests (its threshold table's key).
+
+Pins are chosen at dispatch, for every model at once, so a hand-off always goes straight from one subserver to
+the pinned replica of its destination (the pins travel in the request's routing state,
+``extra[trcore.replicas.PIN_KEY]``) and the front end stays the only writer of the counts. A replica's load is
+its queue (``num_ready`` of its latest step report) plus the active requests pinned to it (resident there, or
+pinned and not there yet: counting those keeps a burst of admissions from all picking the same replica of a model
+they have not reached). The simulator applies the same rule (``trsim.driver``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from trcore import PeerReq
+from trcore.replicas import PIN_KEY, ReplicaTable
+from trserve.frontend.generation import Generation
+from trserve.runtime.messages import StepReport
+from trserve.runtime.transport import ActiveCounter
+
+
+class Pinning:
+    """Pins, per-process pinned counts and queues for a run with replicas (``counters[p]``: the count process
+    ``p``'s threshold table reads)."""
+
+    def __init__(self, table: ReplicaTable, counters: list[ActiveCounter]) -> None:
+        if len(counters) != table.num_procs:
+            raise ValueError(f"{len(counters)} counters for {table.num_procs} processes")
+        self.table = table
+        self.counters = counters
+        self.pinned = [0] * table.num_procs
+        self.queued = [0] * table.num_procs
+
+    def loads(self) -> list[int]:
+        """Each process's load: queue plus pinned requests."""
+        return [q + n for q, n in zip(self.queued, self.pinned, strict=True)]
+
+    def pin(self, gen: Generation) -> dict[str, object]:
+        """Pin ``gen`` to the least-loaded replica of every model; returns its routing extra with the pins."""
+        self.unpin(gen)
+        pins = self.table.pin(self.loads())
+        gen.pins = pins
+        for model, replica in enumerate(pins):
+            self.pinned[self.table.proc(model, replica)] += 1
+        return {**gen.extra, PIN_KEY: list(pins)}
+
+    def repin(self, gen: Generation, msg: PeerReq) -> PeerReq:
+        """``msg`` (a resumed incarnation of ``gen``) with fresh pins."""
+        extra = self.pin(gen)
+        return replace(msg, extra={**msg.extra, PIN_KEY: extra[PIN_KEY]})
+
+    def unpin(self, gen: Generation) -> None:
+        """``gen`` ended (or is pinned afresh): its replicas no longer count it."""
+        if gen.pins is None:
+            return
+        for model, replica in enumerate(gen.pins):
+            self.pinned[self.table.proc(model, replica)] -= 1
+        gen.pins = None
+
+    def process(self, gen: Generation, model: int) -> int:
+        """The process of ``gen``'s pinned replica of ``model``."""
+        assert gen.pins is not None, "a dispatched request has pins"
+        return self.table.proc(model, gen.pins[model])
+
+    def on_report(self, report: StepReport) -> None:
+        self.queued[self.table.proc(report.model, report.replica)] = report.num_ready
+
+    def forget_queue(self, proc: int) -> None:
+        """Process ``proc`` died: its queue is gone with it."""
+        self.queued[proc] = 0
+
+    def publish(self) -> None:
+        for counter, count in zip(self.counters, self.pinned, strict=True):
+            counter.write(count)
+
+    def close(self) -> None:
+        for counter in self.counters:
+            counter.close()
