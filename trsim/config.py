@@ -68,6 +68,8 @@ class SimConfig:
     per_token: PerTokenConfig | None = None
     per_token_costs: PerTokenConfig | None = None
     model_names: tuple[str, ...] = ()
+    #: Copies of each model, each its own subserver (empty: one of each); requests are pinned as the server does.
+    replicas: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.latency or len(self.latency) != len(self.policies):
@@ -78,6 +80,10 @@ class SimConfig:
             raise ConfigError("transfer_delay_s", f"must be >= 0, got {self.transfer_delay_s}")
         if self.model_names and len(self.model_names) != self.num_models:
             raise ConfigError("model_names", "need one name per model")
+        if self.replicas and (len(self.replicas) != self.num_models or min(self.replicas) < 1):
+            raise ConfigError("replicas", f"need one count >= 1 per model ({self.num_models}), got {self.replicas}")
+        if self.replicas and max(self.replicas) > 1 and self.per_token is not None:
+            raise ConfigError("replicas", "the per-token baseline has no replicas")
 
     @property
     def num_models(self) -> int:

@@ -20,6 +20,7 @@ from simpy.core import EmptySchedule, StopSimulation
 from simpy.events import NORMAL, Event, Timeout
 
 from trcore import CLIENT, Batch, ConfigError, InfeasibleError, PeerReq, Request, Subserver
+from trcore.replicas import ReplicaTable
 from trsim.baselines import PerTokenLatency
 from trsim.chrome import StepRecord
 from trsim.clock import TICKS_PER_S, to_ticks
@@ -45,7 +46,12 @@ def _late_event(env: simpy.Environment) -> Event:
 
 
 class Simulation:
-    """One simulated run of a configured system. Build, then :meth:`run` once."""
+    """One simulated run of a configured system. Build, then :meth:`run` once.
+
+    With replicas (``config.replicas``) every (model, replica) is a subserver of its own (``subservers[p]``, process
+    ``p`` of :class:`~trcore.replicas.ReplicaTable`), and a new request is pinned to one replica of every model by
+    the server's rule (:meth:`~trcore.replicas.ReplicaTable.pin` on queue plus pinned requests); a replica's
+    threshold table reads the requests pinned to it."""
 
     def __init__(self, config: SimConfig, *, record_trace: bool = False, chrome_trace: bool = False) -> None:
         config.check_feasible()
@@ -53,12 +59,12 @@ class Simulation:
         self.env = simpy.Environment()
         rng = random.Random(config.seed)
         n = config.num_models
-        programs = build_programs(config.router, n, random.Random(rng.getrandbits(64)))
+        self.table = table = ReplicaTable(config.replicas or (1,) * n)
+        models = [m for m, _ in table.procs]
+        programs = build_programs(config.router, n, random.Random(rng.getrandbits(64)), models)
         needed = frozenset().union(*(p.required_signals for p in programs))
         self.synth = StepSynthesizer(needed, config.signals, random.Random(rng.getrandbits(64)))
-        self.subservers = [
-            Subserver(p, policy, record_trace=record_trace) for p, policy in zip(programs, config.policies, strict=True)
-        ]
+        self.subservers = [Subserver(p, config.policies[p.model], record_trace=record_trace) for p in programs]
         self.latency = list(config.latency)
         self.cooldown_ticks = 0
         self.transfer_ticks = to_ticks(config.transfer_delay_s) if config.transfer_delay_s > 0 else 0
@@ -69,19 +75,21 @@ class Simulation:
             self.transfer_ticks = max(self.transfer_ticks, self.cooldown_ticks)
         if config.workload.turns > 1 and config.workload.prefix_cache:
             self.latency = [PrefixCachedModel(lat, m, PREFIX_KEY) for m, lat in enumerate(self.latency)]
-        self.stats = RunStats(n)
+        self.stats = RunStats(n, table.num_procs)
         self.workload = WorkloadRunner(config.workload, self, n, random.Random(rng.getrandbits(64)))
         self.steps: list[StepRecord] | None = [] if chrome_trace else None
         self.committed = 0
         self.num_active = 0
+        self.pinned = [0] * table.num_procs
+        self._pins: dict[str, tuple[int, ...]] = {}
         self._arrivals: dict[str, float] = {}
-        self._wake: list[Event | None] = [None] * n
+        self._wake: list[Event | None] = [None] * table.num_procs
         self._target_tokens: int | None = None
         self._warmup: tuple[int, int] | None = None  # (tokens, tick) when warm-up ended
         self._warmup_tokens = 0
         self._stopped = False
-        for m in range(n):
-            self.env.process(self._model_process(m))
+        for p in range(table.num_procs):
+            self.env.process(self._model_process(p))
 
     # -- the driver interface the workload uses -------------------------------------------------------
     def now_s(self) -> float:
@@ -90,8 +98,12 @@ class Simulation:
     def submit(self, message: PeerReq, now: float) -> None:
         """A client request arrives at the entry model."""
         self._arrivals[message.request_id] = now
-        self._set_active(self.num_active + 1)
-        entry = self.config.entry_model
+        table, entry = self.table, self.config.entry_model
+        if table.has_replicas:
+            pins = table.pin([sub.num_ready + n for sub, n in zip(self.subservers, self.pinned, strict=True)])
+            self._pins[message.request_id] = pins
+            entry = table.proc(entry, pins[entry])
+        self._set_active(self.num_active + 1, message.request_id)
         self.subservers[entry].receive(message, now)
         self._wake_model(entry)
 
@@ -140,26 +152,29 @@ class Simulation:
             )
 
     # -- one model ------------------------------------------------------------------------------------
-    def _model_process(self, m: int) -> Generator[Event, Any, None]:
-        env, sub, latency = self.env, self.subservers[m], self.latency[m]
+    def _model_process(self, p: int) -> Generator[Event, Any, None]:
+        env, sub = self.env, self.subservers[p]
+        latency = self.latency[sub.model]
         while True:
             batch = sub.launch(env.now / TICKS_PER_S)
             if batch is None:
-                yield self._idle(m)
+                yield self._idle(p)
                 continue
             launched = env.now
             duration = latency(batch)
             ticks = round(duration * TICKS_PER_S) or 1
             yield Timeout(env, ticks)
-            self._complete(m, batch, launched, ticks)
+            self.stats.proc_steps[p] += 1
+            self._complete(p, batch, launched, ticks)
             if self.cooldown_ticks:
                 yield Timeout(env, self.cooldown_ticks)
             elif env.peek() == env.now:  # more happens at this instant: decide to launch after it
                 yield _late_event(env)
 
-    def _complete(self, m: int, batch: Batch, launched: int, ticks: int) -> None:
-        now = self.env.now / TICKS_PER_S
-        handoffs = self.subservers[m].complete(batch, self.synth(batch), now)
+    def _complete(self, p: int, batch: Batch, launched: int, ticks: int) -> None:
+        """Process ``p`` (model ``batch.model``) finished a step."""
+        now, m = self.env.now / TICKS_PER_S, batch.model
+        handoffs = self.subservers[p].complete(batch, self.synth(batch), now)
         requests = batch.requests
         committed = sum(map(len, map(_token_ids, requests))) - sum(batch.context_lens)
         stats = self.stats
@@ -170,10 +185,14 @@ class Simulation:
         if self.steps is not None:
             self.steps.append(StepRecord(m, launched, ticks, len(requests), sum(batch.num_new_tokens), committed))
         self._count(committed)
+        pins = self._pins if self.table.has_replicas else None
         for dest, message in handoffs:
             if dest == CLIENT:
                 self._finish(message, now, requests)
-            elif self.transfer_ticks:
+                continue
+            if pins is not None:  # the request's pinned replica of ``dest``
+                dest = self.table.proc(dest, pins[message.request_id][dest])
+            if self.transfer_ticks:
                 stats.handoffs += not message.is_finished
                 self._deliver_later(dest, message)
             elif message.is_finished:  # a release: frees the request's state on a model that holds it
@@ -183,6 +202,9 @@ class Simulation:
                 self.subservers[dest].receive(message, now)
                 if self._wake[dest] is not None:
                     self._wake_model(dest)
+        if pins is not None:  # the releases above needed them
+            for message in (m for d, m in handoffs if d == CLIENT):
+                pins.pop(message.request_id, None)
 
     def _count(self, committed: int) -> None:
         self.committed += committed
@@ -204,7 +226,7 @@ class Simulation:
         arrival = self._arrivals.pop(rid)
         self.stats.finished.append((arrival, self._first_token_time(rid, batch, now), now, len(message.token_ids)))
         self.synth.release(rid)
-        self._set_active(self.num_active - 1)
+        self._set_active(self.num_active - 1, rid)
         self.workload.on_finish(message, now)
         if self.workload.is_exhausted and self.num_active == 0:
             self._stop()
@@ -217,13 +239,26 @@ class Simulation:
         times = [r.first_token_time for r in records if r.first_token_time is not None]
         return min(times, default=now)
 
-    def _set_active(self, count: int) -> None:
+    def _set_active(self, count: int, request_id: str) -> None:
+        """``count`` requests are active; ``request_id`` is the one that arrived or finished. A subserver's count
+        is the system's, or with replicas the requests pinned to it."""
         lowered = count < self.num_active
         self.num_active = count
-        for m, sub in enumerate(self.subservers):
-            sub.num_active = count
-            if lowered and sub.num_ready:  # a smaller system may lower the threshold in force
-                self._wake_model(m)
+        pins = self._pins.get(request_id)
+        if pins is None:
+            for p, sub in enumerate(self.subservers):
+                sub.num_active = count
+                if lowered and sub.num_ready:  # a smaller system may lower the threshold in force
+                    self._wake_model(p)
+            return
+        step = -1 if lowered else 1
+        for model, replica in enumerate(pins):
+            p = self.table.proc(model, replica)
+            self.pinned[p] += step
+            sub = self.subservers[p]
+            sub.num_active = self.pinned[p]
+            if lowered and sub.num_ready:
+                self._wake_model(p)
 
     def _idle(self, m: int) -> Event:
         event = Event(self.env)
@@ -254,6 +289,9 @@ class Simulation:
             num_unfinished=self.num_active,
             ticks_per_s=TICKS_PER_S,
         )
+        if self.table.has_replicas:  # steps per (model, replica), in process order
+            steps = zip(self.table.procs, self.stats.proc_steps, strict=True)
+            result.extra["replica_steps"] = [[m, r, n] for (m, r), n in steps]
         return result
 
 

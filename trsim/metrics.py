@@ -61,8 +61,10 @@ class SimResult:
 class RunStats:
     """Mutable recorder the driver updates as the run goes (directly: it runs once per step)."""
 
-    def __init__(self, num_models: int) -> None:
+    def __init__(self, num_models: int, num_procs: int | None = None) -> None:
         self.steps = [0] * num_models
+        #: Steps per subserver (one per model, or per replica: ``trcore.replicas.ReplicaTable`` order).
+        self.proc_steps = [0] * (num_procs or num_models)
         self.request_steps = [0] * num_models
         self.busy_ticks = [0] * num_models
         self.histograms: list[Counter[int]] = [Counter() for _ in range(num_models)]

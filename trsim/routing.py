@@ -157,12 +157,15 @@ class RouterConfig:
     params: Mapping[str, Any] = field(default_factory=dict)
 
 
-def build_programs(config: RouterConfig, num_models: int, rng: random.Random) -> list[RoutingProgram]:
-    """One program instance per model. Programs taking ``rng`` each get their own, seeded from ``rng``."""
+def build_programs(
+    config: RouterConfig, num_models: int, rng: random.Random, models: Sequence[int] | None = None
+) -> list[RoutingProgram]:
+    """One program instance per model (or per entry of ``models``: a model index per subserver, for replicas).
+    Programs taking ``rng`` each get their own, seeded from ``rng``."""
     cls = PROGRAMS.get(config.program)
     takes_rng = "rng" in inspect.signature(cls.__init__).parameters
     programs = []
-    for model in range(num_models):
+    for model in range(num_models) if models is None else models:
         params = dict(config.params)
         if takes_rng:
             params["rng"] = random.Random(rng.getrandbits(64))

@@ -306,7 +306,7 @@ class FrontEnd:
         fut, expected = probe
         states.append(state)
         if len(states) >= expected and not fut.done():
-            fut.set_result(sorted(states, key=lambda s: s.model))
+            fut.set_result(sorted(states, key=lambda s: (s.model, s.replica)))
 
 
 def touched_requests(msg: Any) -> list[str]:
