@@ -4,6 +4,7 @@ admission give under a symmetric load), so they commit k times what one pipeline
 Latencies grow with the batch (the paper's A100 tables), so N requests on one pipeline commit visibly less
 than on k: the check can tell replicas from a bigger batch."""
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -65,3 +66,17 @@ def test_replicas_need_one_count_per_model():
     cfg = markov_config(P, C, LATENCY, thresholds=[1, 1], concurrency=4)
     with pytest.raises(ConfigError, match="replicas"):
         replace(cfg, replicas=(2,))
+
+
+def test_simulate_cli_takes_replicas_and_refuses_a_bad_count():
+    from typer.testing import CliRunner
+
+    from tokenrouter.cli import app
+
+    runner = CliRunner()
+    ok = runner.invoke(app, ["simulate", "--replicas", "2,1", "-N", "8", "--tokens", "5000", "--json"])
+    assert ok.exit_code == 0, ok.output
+    steps = json.loads(ok.output)["extra"]["replica_steps"]
+    assert [(m, r) for m, r, _ in steps] == [(0, 0), (0, 1), (1, 0)] and min(n for _, _, n in steps) > 0
+    bad = runner.invoke(app, ["simulate", "--replicas", "2", "--tokens", "1000"])
+    assert bad.exit_code == 2 and "--replicas: needs 2 values" in bad.output

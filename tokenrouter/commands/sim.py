@@ -111,14 +111,19 @@ def simulate(
     chrome_trace: Path = typer.Option(None, "--chrome-trace", help="Write every step as Chrome-trace JSON."),
     trace_out: Path = typer.Option(None, "--trace-out", help="Write per-request routing traces (JSONL)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
+    replicas: str = typer.Option(None, "--replicas", help="Copies of each model, pinned as the server does [all 1]."),
 ) -> None:
     """Simulate the system (SimPy driving the shared scheduler core) and report throughput and latency."""
+    from dataclasses import replace
+
     from trsim.baselines import apply_baseline
     from trsim.driver import Simulation
 
     config, spec = build_config(scenario, P, C, latency_ms, workload, concurrency, thresholds, quantum_ms, seed)
     if baseline is not None:
         config = apply_baseline(config, baseline)
+    if replicas is not None:
+        config = replace(config, replicas=tuple(opt.parse_thresholds(replicas, config.num_models, "--replicas")))
     limit, time_s, warmup = _limits(spec, tokens, warmup_tokens)
     sim = Simulation(config, record_trace=trace_out is not None, chrome_trace=chrome_trace is not None)
     result = sim.run(limit, time_s, warmup)
