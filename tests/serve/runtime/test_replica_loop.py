@@ -13,9 +13,10 @@ from trcore.replicas import ReplicaTable
 from trserve.engine.hash import HashEngine
 from trserve.frontend.generation import Generation
 from trserve.frontend.pinning import Pinning
+from trserve.runtime.endpoints import Endpoints
 from trserve.runtime.loop import SubserverLoop
 from trserve.runtime.messages import StepReport
-from trserve.runtime.transport import FRONTEND, ActiveCounter, Endpoints, Mailbox
+from trserve.runtime.transport import FRONTEND, ActiveCounter, Mailbox
 
 TABLE = ReplicaTable((2, 2))
 

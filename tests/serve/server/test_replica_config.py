@@ -13,9 +13,9 @@ from tests.serve.engine_support import model_dirs
 from tests.serve.server_fixtures import server_config
 from trcore.errors import ConfigError
 from trserve.config import ServeConfig
+from trserve.runtime.endpoints import Endpoints
 from trserve.runtime.placement import place_models, place_processes
 from trserve.runtime.runspec import RunSpec
-from trserve.runtime.transport import Endpoints
 from trserve.server.serve import worker_specs
 
 SMALL, LARGE = {"name": "small", "path": "/x"}, {"name": "large", "path": "/y"}
