@@ -3,11 +3,12 @@ benchmarks/results/replicas.json.
 
 For every cell (small replicas x large replicas, default 1/2/4 x 1/2) and concurrency N: ``tokenrouter serve``
 with ``configs/emulated-r2r-a100-replicas.yaml`` (the paper's A100 R2R step latencies as tables by batch size,
-markov routing with R2R's P and C, thresholds of 1) and the cell's replica counts, driven by the bench's closed-loop
-client (N streams of ``--max-tokens``-token greedy requests), throughput from the server's committed-token counter
-over the window, CPU per committed token of the server's processes and of the load generator (the emulated wait's
-spin left out), steps per replica. The prediction is the simulator with the same replicas, the same latency
-tables, routing matrices and pinning rule, and closed-loop requests of the same lengths.
+markov routing with R2R's P and C, thresholds of 1) and the cell's replica counts, driven by the bench's
+closed-loop client (N streams of ``--max-tokens``-token greedy requests); throughput from the server's
+committed-token counter over a window (the median of ``--repetitions`` windows), CPU per committed token of the
+server's processes and of the load generator (the emulated wait's spin left out), steps per replica. The
+prediction is the simulator with the same replicas, latency tables, routing matrices and pinning rule, and
+closed-loop requests of the same lengths.
 
 Run: ``flock /tmp/tokenrouter-measure.lock .venv/bin/python benchmarks/replicas_bench.py``
 """
@@ -95,7 +96,10 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
 
 
-def run_cell(base: dict[str, Any], cell: tuple[int, int], concurrencies: list[int], work: Workload) -> list[dict]:
+def run_cell(
+    base: dict[str, Any], cell: tuple[int, int], concurrencies: list[int], work: Workload, repetitions: int
+) -> list[dict]:
+    """One server with the cell's replicas; per N the lower median of ``repetitions`` windows (all kept)."""
     with tempfile.TemporaryDirectory(prefix="replicas-bench-") as tmp:
         path = Path(tmp) / "serve.yaml"
         path.write_text(yaml.safe_dump(cell_config(base, *cell)))
@@ -105,8 +109,10 @@ def run_cell(base: dict[str, Any], cell: tuple[int, int], concurrencies: list[in
             assert server.process is not None
             rows = []
             for n in concurrencies:
-                row = {"small_replicas": cell[0], "large_replicas": cell[1], "concurrency": n}
-                row.update(asyncio.run(measure(server.url, server.process.pid, n, work)))
+                windows = [asyncio.run(measure(server.url, server.process.pid, n, work)) for _ in range(repetitions)]
+                median = sorted(windows, key=lambda w: w["measured_tok_s"])[(len(windows) - 1) // 2]
+                row = {"small_replicas": cell[0], "large_replicas": cell[1], "concurrency": n, **median,
+                       "windows_tok_s": [w["measured_tok_s"] for w in windows]}  # fmt: skip
                 rows.append(row)
                 print(json.dumps({k: row[k] for k in list(row)[:7]}), flush=True)
             return rows
@@ -121,6 +127,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--warmup-s", type=float, default=2.0)
     parser.add_argument("--window-s", type=float, default=4.0)
+    parser.add_argument("--repetitions", type=int, default=3, help="windows per cell (the median is reported)")
     parser.add_argument("--sim-tokens", type=int, default=200_000)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -131,7 +138,7 @@ def main() -> None:
     started, load_start = time.time(), os.getloadavg()
     rows = []
     for cell in cells:
-        for row in run_cell(base, cell, concurrencies, work):
+        for row in run_cell(base, cell, concurrencies, work, args.repetitions):
             row.update(predict(base, cell, row["concurrency"], args.max_tokens, args.sim_tokens))
             row["measured_over_sim"] = round(row["measured_tok_s"] / row["sim_tok_s"], 3)
             rows.append(row)
@@ -150,7 +157,8 @@ def main() -> None:
             "last value beyond 16; the emulated engines and the simulator read the same list",
             "routing": "markov, P = [[0.65, 0.35], [1, 0]], C = [[1, 0], [1, 0]] (R2R's statistics)",
             "workload": f"closed loop, {args.max_tokens}-token greedy requests (ignore_eos), prompts of "
-            f"~{PROMPT_TOKENS} tokens; warm-up {args.warmup_s} s, window {args.window_s} s, one window per cell",
+            f"~{PROMPT_TOKENS} tokens; per cell and N {args.repetitions} windows of {args.window_s} s, each after "
+            f"{args.warmup_s} s of warm-up; the row is the median window's (every window's tok/s: windows_tok_s)",
             "simulator": f"{args.sim_tokens} tokens after a 10% warm-up, the same replicas and pinning rule",
         },
         "rows": rows,
