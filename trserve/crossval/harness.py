@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from trcore import BatchingPolicy, RequestSpec, RouteEvent
+from trcore.errors import ConfigError
 from trcore.traces import RequestTrace, traces_from_events
 from trserve.config import RestartConfig, ServeConfig
 from trserve.crossval.messages import ProgramChoice, Reconfigure, TraceDump
@@ -125,7 +126,8 @@ class CellRun:
 @asynccontextmanager
 async def crossval_server(cfg: ServeConfig) -> AsyncIterator[CrossvalFrontEnd]:
     """Start the config's subservers (crossval workers) and a front end; stop them all on exit."""
-
+    if max(cfg.replicas) > 1:  # a cell reconfigures "model m" as one process
+        raise ConfigError("models.replicas", "crossval runs one replica of each model; set replicas: 1")
     run_dir = tempfile.mkdtemp(prefix="tokenrouter-crossval-")
     spec, workers = resolve(cfg, run_dir)
     workers = [replace(w, role="crossval-subserver") for w in workers]

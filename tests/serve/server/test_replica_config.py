@@ -1,6 +1,7 @@
 """``replicas:`` in the serve config: validation names the field, each replica gets its own cores or GPUs, the
 process table names the workers, and too few cores for real engines is one line at the CLI (exit 2)."""
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from tests.serve.engine_support import model_dirs
 from tests.serve.server_fixtures import server_config
 from trcore.errors import ConfigError
 from trserve.config import ServeConfig
+from trserve.crossval.harness import crossval_server
 from trserve.runtime.endpoints import Endpoints
 from trserve.runtime.placement import place_models, place_processes
 from trserve.runtime.runspec import RunSpec
@@ -88,3 +90,12 @@ def test_too_few_cores_for_real_replicas_is_one_line_and_exit_2(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert lines[0].startswith("error: ") and "not enough cores" in lines[0]
+
+
+def test_crossval_refuses_replicas_before_starting_anything():
+    async def enter() -> None:
+        async with crossval_server(make({"replicas": 2})):
+            raise AssertionError("crossval started with replicas")
+
+    with pytest.raises(ConfigError, match="one replica of each model"):
+        asyncio.run(enter())
