@@ -63,6 +63,11 @@ class Pinning:
         assert gen.pins is not None, "a dispatched request has pins"
         return self.table.proc(model, gen.pins[model])
 
+    def holds(self, gen: Generation, proc: int) -> bool:
+        """Whether ``gen`` is pinned to process ``proc`` (its KV may live there)."""
+        model, replica = self.table.procs[proc]
+        return gen.pins is not None and gen.pins[model] == replica
+
     def on_report(self, report: StepReport) -> None:
         self.queued[self.table.proc(report.model, report.replica)] = report.num_ready
 

@@ -35,8 +35,9 @@ class Recovery:
         self.stall_timeout_s = stall_timeout_s
 
     def model_down(self, proc: int, why: str, *, restarting: bool) -> None:
-        """Process ``proc`` died. While it restarts, every dispatched request is suspended and new ones wait;
-        without a restart every request fails (HTTP 503)."""
+        """Process ``proc`` died. While it restarts, every dispatched request it may hold is suspended (with
+        replicas: those pinned to it; the others go on) and new ones wait; without a restart every request fails
+        (HTTP 503)."""
         fe = self.frontend
         fe.down[proc] = why
         if fe.pinning is not None:
@@ -46,8 +47,9 @@ class Recovery:
             fe.fail_all(f"model process {why}")
             return
         fe.restarting.add(proc)
+        pinning = fe.pinning
         for gen in fe.generations.values():
-            if gen.is_dispatched and not gen.is_suspended:
+            if gen.is_dispatched and not gen.is_suspended and (pinning is None or pinning.holds(gen, proc)):
                 fe.broadcast(Abort(gen.request_id, gen.incarnation))
                 gen.is_suspended = True
 

@@ -2,7 +2,7 @@
 answers equal the single-sequence hash reference that a run with one replica of each model also serves
 (``test_emulated_server``), every replica steps under load, each request's visits keep to its pinned replicas
 (a hand-off or release to another replica would stall the request or leave it resident), and killing one
-replica mid-load costs latency, not answers."""
+replica mid-load costs latency, not answers (only the requests pinned to it pause)."""
 
 from __future__ import annotations
 
@@ -113,5 +113,7 @@ def test_a_killed_replica_restarts_and_the_answers_stay_the_same(url: str):
     assert answers == [expected(k) for k in range(len(PROMPTS))]
     text = httpx.get(url + "/metrics").text
     assert metric_values(text, "tokenrouter_model_restarts_total") == {"small-r1": 1.0}
-    assert metric_values(text, "tokenrouter_requests_resumed_total")[""] > 0
+    # Only the requests pinned to the dead replica were suspended and resumed (about half of the 16 in flight);
+    # the others went on.
+    assert 0 < metric_values(text, "tokenrouter_requests_resumed_total")[""] <= 12
     assert [w["num_resident"] for w in idle_state(url)["workers"]] == [0] * 4
