@@ -120,6 +120,39 @@ def run_cell(
             server.stop()
 
 
+def markdown_table(results: dict[str, Any]) -> str:
+    """The docs/benchmarks.md table of a written results file."""
+    lines = [
+        "| small x large replicas | N | measured tok/s (windows) | simulator tok/s | measured/sim "
+        "| server CPU us/tok | load generator CPU us/tok | server + client cores | steps per replica (window) "
+        "| small / large step ms (emulated -> measured) |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for r in results["rows"]:
+        steps = ", ".join(f"{k} {v}" for k, v in r["steps_per_replica"].items())
+        acc = r["emulated_step_ms"]
+        small = [a for k, a in acc.items() if k.startswith("small")]
+        large = [a for k, a in acc.items() if k.startswith("large")]
+        ms = " / ".join(_step_ms(group) for group in (small, large))
+        windows = ", ".join(f"{w:.0f}" for w in r["windows_tok_s"])
+        cores = r["server_cpu_cores"] + r["client_cpu_cores"]
+        lines.append(
+            f"| {r['small_replicas']} x {r['large_replicas']} | {r['concurrency']} | {r['measured_tok_s']:.0f} "
+            f"({windows}) | {r['sim_tok_s']:.0f} | {100 * r['measured_over_sim']:.0f}% | "
+            f"{r['server_cpu_us_per_token']:.0f} | {r['client_cpu_us_per_token']:.0f} | {cores:.2f} | {steps} | {ms} |"
+        )
+    return "\n".join(lines)
+
+
+def _step_ms(group: list[dict[str, float]]) -> str:
+    steps = sum(a["steps"] for a in group)
+    if not steps:
+        return "-"
+    emulated = sum(a["emulated_ms"] * a["steps"] for a in group) / steps
+    measured = sum(a["measured_ms"] * a["steps"] for a in group) / steps
+    return f"{emulated:.1f}->{measured:.1f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", default="16,32", help="comma-separated N")
@@ -130,7 +163,11 @@ def main() -> None:
     parser.add_argument("--repetitions", type=int, default=3, help="windows per cell (the median is reported)")
     parser.add_argument("--sim-tokens", type=int, default=200_000)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--table", action="store_true", help="print the markdown table of --out and stop")
     args = parser.parse_args()
+    if args.table:
+        print(markdown_table(json.loads(args.out.read_text())))
+        return
     base = yaml.safe_load(CONFIG.read_text())
     concurrencies = [int(n) for n in args.concurrency.split(",")]
     cells = [tuple(int(x) for x in c.split("x")) for c in args.cells.split(",")]
