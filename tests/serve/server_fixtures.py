@@ -2,7 +2,9 @@
 
 * ``vllm_server``: the real thing on the local pair (model 0 = large, model 1 = small), float32, routed by the
   ``schedule`` program so each request can carry its own hand-off schedule or hand-off probability;
-* ``hash_server``: the same machinery on the hash stand-in engine (starts in seconds).
+* ``hash_server``: the same machinery on the hash stand-in engine (starts in seconds);
+* ``tcp_hash_server``: ``hash_server`` with ``server.transport: tcp`` (CURVE on every socket); its run specs
+  (with the run's keys) are in ``Served.log_dir``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class Served:
     process: ServerProcess
     model_dirs: tuple[str, ...]  # model 0, model 1
     backend: str
+    log_dir: Path | None = None  # server.log_dir when the config sets one
 
     @property
     def url(self) -> str:
@@ -82,7 +85,8 @@ def start_served(tmp: Path, config: dict[str, Any], dirs: tuple[str, ...]) -> It
     except RuntimeError as exc:
         pytest.fail(str(exc))
     try:
-        yield Served(process, dirs, config["backend"])
+        log_dir = config["server"].get("log_dir")
+        yield Served(process, dirs, config["backend"], Path(log_dir) if log_dir else None)
     finally:
         process.stop()
 
@@ -99,6 +103,15 @@ def hash_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     large, small = model_dirs()
     dirs = (large, small)
     yield from start_served(tmp_path_factory.mktemp("hash-server"), server_config(dirs, backend="hash"), dirs)
+
+
+@pytest.fixture(scope="session")
+def tcp_hash_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    large, small = model_dirs()
+    dirs = (large, small)
+    tmp = tmp_path_factory.mktemp("tcp-server")
+    config = server_config(dirs, backend="hash", transport="tcp", log_dir=str(tmp / "logs"))
+    yield from start_served(tmp, config, dirs)
 
 
 def wait_idle(server: Served, timeout_s: float = 30.0) -> dict:

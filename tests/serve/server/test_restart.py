@@ -99,7 +99,7 @@ async def streams(server: Served, kill_pid: int | None = None) -> Run:
         return Run(results, list(await asyncio.gather(*plains)), late_status)
 
 
-@pytest.fixture(params=["hash", "vllm"], scope="module")
+@pytest.fixture(params=["hash", "tcp_hash", "vllm"], scope="module")
 def server(request: pytest.FixtureRequest) -> Served:
     served: Served = request.getfixturevalue(f"{request.param}_server")
     return served
@@ -124,7 +124,8 @@ def wait_healthy(server: Served, timeout_s: float = 600.0) -> None:
 @pytest.mark.parametrize("victim", [0, 1])
 def test_killed_model_costs_latency_not_requests(server: Served, uninterrupted: Run, victim: int):
     wait_healthy(server)
-    pid = next(w["pid"] for w in server.state()["workers"] if w["model"] == victim)
+    before = server.state()
+    pid = next(w["pid"] for w in before["workers"] if w["model"] == victim)
     run = asyncio.run(streams(server, kill_pid=pid))
     for got, want in zip(run.streams, uninterrupted.streams, strict=True):
         assert got.status == 200 and not got.errors, got.lines[-3:]
@@ -144,9 +145,15 @@ def test_killed_model_costs_latency_not_requests(server: Served, uninterrupted: 
         if line.startswith("tokenrouter_requests_resumed_total")
     )
     assert resumed >= NUM_STREAMS * (victim + 1)  # every stream was in flight at each kill
-    workers = {w["model"]: w for w in wait_idle(server)["workers"]}
+    after = wait_idle(server)
+    workers = {w["model"]: w for w in after["workers"]}
     assert workers[victim]["pid"] != pid
     assert [(w["num_resident"], w["kv_usage"]) for w in workers.values()] == [(0, 0.0)] * len(workers)
+    # A new inbox (tcp: a new port; ipc: a new socket file), and the peer was told by one Rewire.
+    assert after["inboxes"][str(victim)] != before["inboxes"][str(victim)]
+    peer = 1 - victim
+    told = [next(w for w in s["workers"] if w["model"] == peer)["received"].get("Rewire", 0) for s in (before, after)]
+    assert told[1] == told[0] + 1
 
 
 @pytest.fixture(scope="module")
