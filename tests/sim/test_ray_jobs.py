@@ -106,15 +106,18 @@ def test_plan_on_the_cluster_found_by_auto_equals_the_local_plan(ray_cluster, mo
     assert used["address"] == address and set(used["tasks_per_node"]) == nodes
 
 
-def test_plan_command_on_the_cluster_prints_the_local_json(ray_cluster):
-    """The CLI's plumbing (one placement: two jobs): stdout stays one JSON object, equal to the local one."""
-    address, _nodes = ray_cluster
-    local, on_ray = run(*PLAN, "--workers", "1"), run(*PLAN, "--ray-address", address)
-    assert local.exit_code == 0 and on_ray.exit_code == 0, on_ray.output
-    plan, plan_ray = json.loads(local.stdout), json.loads(on_ray.stdout)
+def test_plan_command_on_the_cluster_prints_one_json_object(ray_cluster):
+    """The CLI's plumbing (one placement: two jobs; the equality is the test above): stdout stays one JSON
+    object, with where the jobs ran."""
+    address, nodes = ray_cluster
+    result = run(*PLAN, "--ray-address", address)
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
     assert [p["label"] for p in plan["placements"]] == ["1x coloc tp1"]
-    assert {k: plan_ray[k] for k in ("placements", "best")} == {k: plan[k] for k in ("placements", "best")}
-    assert plan_ray["runner"]["backend"] == "ray" and sum(plan_ray["runner"]["tasks_per_node"].values()) == 2
+    assert plan["placements"][0]["sim_throughput_tok_s"] > 0  # the confirmation ran
+    runner = plan["runner"]
+    assert runner["backend"] == "ray" and set(runner["nodes"]) == nodes and plan["workers"] == 2
+    assert set(runner["tasks_per_node"]) <= nodes and sum(runner["tasks_per_node"].values()) == 2
 
 
 @pytest.mark.parametrize(
