@@ -2,7 +2,7 @@
 
 Every ``import`` statement counts, at module level or inside a function, under ``TYPE_CHECKING`` or not: a
 function-local import that dodges a cycle is still a cycle. Layers, lowest first: ``trcore`` <- ``trsim`` <-
-``trserve`` <- ``tokenrouter``; inside ``trserve``: engine <- runtime <- frontend <- server <- tools.
+``trserve`` <- ``tokenrouter``; inside ``trserve``: engine <- runtime <- frontend <- cluster <- server <- tools.
 Ray is imported only where processes are placed on a cluster or simulator jobs sent to one (:data:`RAY_ALLOWED`).
 """
 
@@ -26,9 +26,10 @@ LAYERS = {
     "trserve.engine": 3,
     "trserve.runtime": 4,
     "trserve.frontend": 5,
-    "trserve.server": 6,
-    "trserve": 7,  # the tools: calibrate, modelprep, routers, crossval, bench, baselines
-    "tokenrouter": 8,
+    "trserve.cluster": 6,  # where worker processes run: this machine or Ray actors (the launcher's spawners)
+    "trserve.server": 7,
+    "trserve": 8,  # the tools: calibrate, modelprep, routers, crossval, bench, baselines
+    "tokenrouter": 9,
 }
 HEAVY = ("vllm", "torch", "transformers")
 #: Where vllm / torch / transformers may be imported.
@@ -230,7 +231,7 @@ def test_the_server_and_cli_import_no_engine_library() -> None:
 
     code = (
         "import sys, tokenrouter.cli, trserve.server.serve; "
-        "print(sorted(m for m in ('vllm', 'torch', 'transformers') if m in sys.modules))"
+        "print(sorted(m for m in ('vllm', 'torch', 'transformers', 'ray') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"

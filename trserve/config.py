@@ -163,6 +163,41 @@ class ServerConfig(_Strict):
     bind_host: str = "127.0.0.1"
 
 
+Strategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
+
+
+class NodeConstraintConfig(_Strict):
+    """Where one model's worker processes may run on a Ray cluster: node ``labels`` the node must carry
+    (``ray start --labels``) and custom ``resources`` its bundle asks for (``ray start --resources``)."""
+
+    labels: dict[str, str] = Field(default_factory=dict)
+    resources: dict[str, float] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _resources_positive(self) -> NodeConstraintConfig:
+        bad = {k: v for k, v in self.resources.items() if not v > 0 or k in ("CPU", "GPU")}
+        if bad:
+            raise ValueError(f"resources must be custom names (not CPU/GPU: placement gives those) > 0, got {bad}")
+        return self
+
+
+class ClusterConfig(_Strict):
+    """``cluster:``: run the worker processes as Ray actors on a Ray cluster (see trserve.cluster). One placement
+    group holds a bundle per worker ({"CPU": its cores} or, with ``accelerator: gpu``, {"GPU":
+    tensor_parallel_size, "CPU": ...}), placed by ``strategy``; ``nodes`` pins a model's workers by node label or
+    custom resource. Tokens and hand-offs stay on ZeroMQ."""
+
+    backend: Literal["ray"] = "ray"
+    #: ``auto`` (the cluster ``ray start --head`` made on this machine), ``ray://host:10001`` or ``host:6379``.
+    address: str = Field("auto", min_length=1)
+    strategy: Strategy = "PACK"
+    accelerator: Literal["cpu", "gpu"] = "cpu"
+    namespace: str = Field("tokenrouter", min_length=1)
+    #: Seconds to wait for the placement group (every bundle placed) before giving up with the cluster's resources.
+    placement_timeout_s: float = Field(60.0, gt=0)
+    nodes: dict[str, NodeConstraintConfig] = Field(default_factory=dict)
+
+
 class ServeConfig(_Strict):
     """Everything ``tokenrouter serve`` needs. Model ``i`` in ``models`` is model index ``i`` of the routing
     program; requests enter at ``entry_model``."""
@@ -177,6 +212,8 @@ class ServeConfig(_Strict):
     server: ServerConfig = ServerConfig()
     seed: int = 0
     top_logprobs: int = Field(20, ge=0)
+    #: None: every process on this machine (Ray is never imported); else the Ray cluster that hosts the workers.
+    cluster: ClusterConfig | None = None
 
     @model_validator(mode="after")
     def _cross_fields(self) -> ServeConfig:
@@ -194,6 +231,8 @@ class ServeConfig(_Strict):
         _check_disjoint_cpus(self.models)
         _check_backend_fields(self.backend, self.models)
         _check_replicas(self.mode, self.models)
+        if self.cluster is not None:
+            _check_cluster(self.cluster, self.mode, self.models)
         fewest = min(m.max_num_seqs for m in self.models)
         if self.mode != "per-token" and self.server.max_active_requests > fewest:
             raise ValueError(
@@ -244,6 +283,23 @@ def _check_backend_fields(backend: str, models: list[ModelConfig]) -> None:
             raise ValueError(f"models.{i}.emulated is only read with backend: emulated (backend is {backend})")
         if backend != "emulated" and m.path is None:
             raise ValueError(f"models.{i}.path is required with backend: {backend}")
+
+
+def _check_cluster(cluster: ClusterConfig, mode: str, models: list[ModelConfig]) -> None:
+    if mode != "routed":
+        raise ValueError(f"cluster runs the routed mode only (mode {mode!r} is a single-machine baseline)")
+    names = [m.name for m in models]
+    unknown = sorted(set(cluster.nodes) - set(names))
+    if unknown:
+        raise ValueError(f"cluster.nodes names unknown models {unknown}; models are {names}")
+    for i, m in enumerate(models):
+        if cluster.accelerator == "gpu" and m.placement.gpus is not None:
+            raise ValueError(
+                f"models.{i}.placement.gpus: on a Ray cluster Ray picks the GPUs of each bundle; drop the ids and "
+                "set tensor_parallel_size (cluster.accelerator: gpu gives each worker that many)"
+            )
+        if cluster.accelerator == "cpu" and m.placement.gpus is not None:
+            raise ValueError(f"models.{i}.placement.gpus needs cluster.accelerator: gpu")
 
 
 def load_config(path: str | Path) -> ServeConfig:

@@ -9,17 +9,19 @@ import typer
 from tokenrouter.errors import cli_errors
 
 
-def _load(config: Path | None, host: str | None, port: int | None):  # type: ignore[no-untyped-def]
+def _load(config: Path | None, host: str | None, port: int | None, ray_address: str | None = None):  # type: ignore[no-untyped-def]
     from trserve.config import ServeConfig, load_config
     from trserve.server.defaults import default_config
 
     say = lambda line: typer.echo(line, err=True)  # noqa: E731  (stderr: --print-config's YAML stays clean)
     cfg: ServeConfig = load_config(config) if config is not None else default_config(report=say)
+    data = cfg.model_dump()
     overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
     if overrides:
-        server = cfg.server.model_copy(update=overrides)
-        cfg = ServeConfig.model_validate({**cfg.model_dump(), "server": server.model_dump()})
-    return cfg
+        data["server"] = {**data["server"], **overrides}
+    if ray_address is not None:  # joins the config's cluster settings, or the defaults (PACK, CPU bundles)
+        data["cluster"] = {**(data["cluster"] or {}), "backend": "ray", "address": ray_address}
+    return ServeConfig.model_validate(data) if overrides or ray_address is not None else cfg
 
 
 def _drift_probe(cfg, models):  # type: ignore[no-untyped-def]
@@ -35,6 +37,12 @@ def serve(
     host: str | None = typer.Option(None, help="Bind address (overrides the config; default 127.0.0.1)."),
     port: int | None = typer.Option(None, help="Port (overrides the config; default 8000)."),
     print_config: bool = typer.Option(False, "--print-config", help="Print the resolved config as YAML and exit."),
+    ray_address: str | None = typer.Option(
+        None,
+        "--ray-address",
+        help="Run the workers as Ray actors on this cluster ('auto': the one `ray start --head` made here); "
+        "sets cluster.address.",
+    ),
 ) -> None:
     """Serve the routed model ensemble over an OpenAI-compatible HTTP API until interrupted."""
     import asyncio
@@ -43,7 +51,7 @@ def serve(
     from trserve.config import dump_config
     from trserve.server.serve import serve as run_server
 
-    cfg = _load(config, host, port)
+    cfg = _load(config, host, port, ray_address)
     if print_config:
         typer.echo(dump_config(cfg), nl=False)
         return

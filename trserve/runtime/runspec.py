@@ -69,6 +69,12 @@ class RunSpec:
 
     def save(self, path: str | Path) -> None:
         """Write the spec as JSON readable only by this user (it holds the run's CURVE secret keys on tcp)."""
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(self.to_json())
+
+    def to_json(self) -> str:
+        """The text :meth:`save` writes and :meth:`load` reads (what a spawner hands to a worker's node)."""
         data = {
             "config": self.config.model_dump(mode="json"),
             "model_paths": list(self.model_paths),
@@ -76,9 +82,7 @@ class RunSpec:
             "placements": [asdict(p) for p in self.placements],
             "endpoints": self.endpoints.to_json(),
         }
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
+        return json.dumps(data, indent=1)
 
     @classmethod
     def load(cls, path: str | Path) -> RunSpec:

@@ -1,8 +1,11 @@
 """Starting, watching, restarting and stopping the worker processes of one server run.
 
 Each worker is a fresh interpreter (``python -m MODULE RUN_JSON INDEX``) whose placement is fixed before it
-starts: CPU affinity in the child before exec, and the environment vLLM reads at import. A worker that exits
-before it reports ready stops the whole launch with the tail of its log.
+starts: CPU affinity in the child before exec, and the environment vLLM reads at import. A spawner starts it,
+on this machine (:class:`trserve.cluster.local.LocalSpawner`, the default) or on a Ray node
+(:class:`trserve.cluster.ray_spawner.RaySpawner`); either way the launcher sees a
+:class:`trserve.cluster.handles.WorkerProcess`. A worker that exits before it reports ready stops the whole launch
+with the tail of its log.
 
 Wiring (:mod:`trserve.runtime.endpoints`): a worker's run spec names every inbox bound so far (the front end's
 first); it binds its own and reports it in ``Ready``. Once all are ready the launcher tells each worker, by
@@ -15,15 +18,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from trserve.cluster.handles import ClusterError, LaunchOrder, Spawner, WorkerProcess
+from trserve.cluster.local import LocalSpawner, log_tail
 from trserve.config import RestartConfig
-from trserve.entrypoints import worker_command
 from trserve.frontend.book import FrontEnd
 from trserve.frontend.metrics import Metrics
 from trserve.frontend.recovery import Recovery
@@ -32,9 +34,9 @@ from trserve.runtime.placement import Placement
 from trserve.runtime.runspec import RunSpec
 from trserve.runtime.transport import FRONTEND
 
-log = logging.getLogger(__name__)
+__all__ = ["LaunchError", "Launcher", "WorkerSpec", "log_tail"]
 
-LOG_TAIL_LINES = 30
+log = logging.getLogger(__name__)
 
 
 class LaunchError(RuntimeError):
@@ -55,25 +57,17 @@ class WorkerSpec:
 @dataclass
 class Worker:
     spec: WorkerSpec
-    process: subprocess.Popen[bytes] | None = None
+    process: WorkerProcess | None = None
     generation: int = 0
     restarts: int = 0
-    pid: int | None = None
     ready: asyncio.Future[Ready] | None = None
     #: The peer inboxes this worker knows (from its run spec, then each ``Rewire`` it was sent).
     told: dict[int, str] = field(default_factory=dict)
 
 
-def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:])
-
-
 class Launcher:
-    """Owns the worker processes of one run; ``frontend`` receives their Ready messages."""
+    """Owns the worker processes of one run; ``frontend`` receives their Ready messages; ``spawner`` places them
+    (default: this machine, logs and run specs in ``log_dir``)."""
 
     def __init__(
         self,
@@ -83,6 +77,7 @@ class Launcher:
         frontend: FrontEnd,
         metrics: Metrics,
         restart: RestartConfig,
+        spawner: Spawner | None = None,
     ) -> None:
         self.spec = replace(spec, endpoints=spec.endpoints.with_address(FRONTEND, frontend.mailbox.address))
         self.workers = [Worker(w) for w in workers]
@@ -90,37 +85,26 @@ class Launcher:
         self.frontend = frontend
         self.metrics = metrics
         self.restart = restart
+        self.spawner: Spawner = spawner or LocalSpawner(log_dir)
         self.is_stopping = False
         self.recovery = Recovery(frontend, metrics, spec.config.server.stall_timeout_s)
         self._monitor: asyncio.Task[None] | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self.on_restarted: Callable[[int], None] | None = None
 
-    def log_path(self, index: int) -> Path:
-        return self.log_dir / f"{self.workers[index].spec.name}.log"
+    def log_location(self, index: int) -> str:
+        """Where worker ``index``'s log is (a path here, or a node and path on a cluster)."""
+        process = self.workers[index].process
+        return (
+            process.log_location if process is not None else str(self.log_dir / f"{self.workers[index].spec.name}.log")
+        )
 
     def _spawn(self, worker: Worker) -> None:
         spec = worker.spec
         self.spec = replace(self.spec, endpoints=self.spec.endpoints.with_generation(spec.index, worker.generation))
-        run_json = self.log_dir / f"run-{spec.index}-g{worker.generation}.json"
-        self.spec.save(run_json)
         worker.told = dict(self.spec.endpoints.addresses)
-        env = {**os.environ, **spec.placement.environment(), "PYTHONUNBUFFERED": "1"}
-        cpus = set(spec.placement.cpus)
-        logf = open(self.log_path(spec.index), "ab")  # noqa: SIM115  (the child keeps it)
-        logf.write(f"--- start {spec.name} generation {worker.generation} at {time.ctime()}\n".encode())
-        logf.flush()
-        worker.process = subprocess.Popen(
-            worker_command(spec.role, str(run_json), str(spec.index)),
-            stdout=logf,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,  # Ctrl-C reaches the front end only, which shuts workers down in order
-            preexec_fn=lambda: os.sched_setaffinity(0, cpus),
-        )
-        logf.close()
-        worker.pid = worker.process.pid
+        order = LaunchOrder(spec.index, spec.name, spec.role, spec.placement, worker.generation, self.spec.to_json())
+        worker.process = self.spawner.spawn(order)
         # Registered before the worker can answer: a Ready that arrives while we wait for another worker is kept.
         worker.ready = asyncio.get_running_loop().create_future()
         self.frontend.ready_waiters[spec.index] = worker.ready
@@ -166,15 +150,19 @@ class Launcher:
                 self._tell(worker, other.spec.index)
 
     def _failure(self, worker: Worker, what: str) -> str:
-        path = self.log_path(worker.spec.index)
-        return f"worker {worker.spec.name!r} {what}; last lines of {path}:\n{log_tail(path)}"
+        tail = worker.process.log_tail() if worker.process is not None else "(not started)"
+        return f"worker {worker.spec.name!r} {what}; last lines of {self.log_location(worker.spec.index)}:\n{tail}"
 
     async def start_all(self, timeout_s: float) -> list[Ready]:
         """Start every worker and wait until all are ready; on any failure stop them all and raise."""
-        for worker in self.workers:
-            self._spawn(worker)
         try:
+            self.spawner.reserve([(w.spec.name, w.spec.placement) for w in self.workers])
+            for worker in self.workers:
+                self._spawn(worker)
             readies = await self._await_ready(self.workers, timeout_s)
+        except ClusterError as exc:
+            await self.stop_all()
+            raise LaunchError(str(exc)) from None
         except BaseException:
             await self.stop_all()
             raise
@@ -201,22 +189,23 @@ class Launcher:
         """Restart a dead worker while the budget lasts: its requests (and every other in flight) are suspended
         and resume once it is back (:mod:`trserve.frontend.recovery`); past the budget they fail (503)."""
         name, index = worker.spec.name, worker.spec.index
-        log.error("model process %r exited unexpectedly (status %d); see %s", name, code, self.log_path(index))
+        log.error("model process %r exited unexpectedly (status %d); see %s", name, code, self.log_location(index))
         self.metrics.up.labels(name).set(0)
         if not self._may_restart(worker):
-            why = f"{name!r} exited (status {code}); restarts disabled or used up; see {self.log_path(index)}"
+            why = f"{name!r} exited (status {code}); restarts disabled or used up; see {self.log_location(index)}"
             self.recovery.model_down(index, why, restarting=False)
             return
         self.recovery.model_down(index, f"{name!r} exited unexpectedly and is restarting", restarting=True)
         worker.restarts += 1
         worker.generation += 1
         self.metrics.restarts.labels(name).inc()
-        self._spawn(worker)
         try:
+            self._spawn(worker)
             await self._await_ready([worker], self.spec.config.server.startup_timeout_s)
-        except LaunchError as exc:
+        except (LaunchError, ClusterError) as exc:
             log.error("%s", exc)
-            self.recovery.model_down(index, f"{name!r} failed to restart; see {self.log_path(index)}", restarting=False)
+            why = f"{name!r} failed to restart; see {self.log_location(index)}"
+            self.recovery.model_down(index, why, restarting=False)
             return
         for other in self.workers:  # peers drop their queue for the dead process and talk to the new one
             if other is not worker:
@@ -231,7 +220,7 @@ class Launcher:
         return self.restart.enabled and worker.restarts < self.restart.max_restarts
 
     async def stop_all(self, grace_s: float = 10.0) -> None:
-        """Ask every worker to shut down, then terminate and finally kill what is left."""
+        """Ask every worker to shut down, then terminate and finally kill what is left; release the spawner."""
         self.is_stopping = True
         for task in (self._monitor, self._watchdog):
             if task is not None:
@@ -248,7 +237,8 @@ class Launcher:
         for w in live:
             if w.process is not None and w.process.poll() is None:
                 w.process.kill()
-                w.process.wait()
+                w.process.wait(10.0)
+        self.spawner.close()
 
 
 async def _wait_exit(workers: list[Worker], timeout_s: float) -> None:

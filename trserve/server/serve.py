@@ -10,6 +10,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from trserve.cluster.bundles import cluster_placements
+from trserve.cluster.handles import Spawner
+from trserve.cluster.ray_spawner import RaySpawner
 from trserve.config import ServeConfig
 from trserve.engine.stand_in_tokenizer import load_tokenizer
 from trserve.frontend.app import ServerContext, create_app
@@ -36,8 +39,12 @@ def resolve(
     thresholds chose; ``probe``: the drift probe they run first, see ``trserve.server.thresholds``)."""
     paths = tuple(_model_path(cfg, i) for i in range(cfg.num_models))
     thresholds = tuple(resolve_thresholds(cfg, paths, report, probe))
-    routed = cfg.mode == "routed"
-    placements = place_processes(list(cfg.models), cfg.backend) if routed else place_models(list(cfg.models))
+    if cfg.cluster is not None:
+        placements = cluster_placements(cfg)
+    elif cfg.mode == "routed":
+        placements = place_processes(list(cfg.models), cfg.backend)
+    else:
+        placements = place_models(list(cfg.models))
     workers = worker_specs(cfg, placements)
     endpoints = run_endpoints(cfg, run_dir, len(workers))
     spec = RunSpec(cfg, paths, thresholds, tuple(placements), endpoints)
@@ -81,6 +88,11 @@ def worker_specs(cfg: ServeConfig, placements: list[Placement]) -> list[WorkerSp
     return [driver, *engines]
 
 
+def spawner_of(cfg: ServeConfig, run_dir: str) -> Spawner | None:
+    """The Ray spawner when the config names a cluster; None: the launcher's default, this machine."""
+    return RaySpawner(cfg.cluster, Path(run_dir).name) if cfg.cluster is not None else None
+
+
 def api_key_of(cfg: ServeConfig) -> str | None:
     return cfg.server.api_key or os.environ.get(cfg.server.api_key_env) or None
 
@@ -101,8 +113,11 @@ async def serve(cfg: ServeConfig, report: Report | None = None, probe: DriftProb
         shutil.rmtree(run_dir, ignore_errors=True)
         raise
     frontend, metrics, active = start_frontend(cfg, spec, FrontEnd, _entry_process(cfg))
-    launcher = Launcher(spec, workers, log_dir, frontend, metrics, cfg.server.restart)
-    say(f"starting {len(workers)} worker(s) ({cfg.mode}); logs in {log_dir}")
+    launcher = Launcher(spec, workers, log_dir, frontend, metrics, cfg.server.restart, spawner_of(cfg, run_dir))
+    where = f"logs in {log_dir}"
+    if cfg.cluster is not None:
+        where = f"on the Ray cluster at {cfg.cluster.address}; logs in {Path(run_dir).name}/ in each node's temp dir"
+    say(f"starting {len(workers)} worker(s) ({cfg.mode}); {where}")
     try:
         tokenizer = load_tokenizer(next((p for p in spec.model_paths if p), None))
         await launcher.start_all(cfg.server.startup_timeout_s)

@@ -1,0 +1,113 @@
+"""A real local Ray cluster for the cluster tests: two nodes on this machine (``ray.cluster_utils.Cluster``),
+started once per session in its own temp dir and on free ports, torn down at the end.
+
+Each node carries a custom resource and a label naming it, so a test can pin a worker and see where it landed:
+``a`` (the head) and ``b``, 2 CPUs each (two servers of two workers fit at once). The test process is a Ray driver
+of the cluster (it reads the actor table); servers under test join it as drivers of their own.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+NODES = {"a": 2, "b": 2}  # node name -> CPUs
+LABEL = "tokenrouter-test-node"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def node_args(name: str, head: bool) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "num_cpus": NODES[name],
+        "resources": {f"node_{name}": 1.0},
+        "labels": {LABEL: name},
+        "include_dashboard": False,
+        "object_store_memory": 80 * 1024 * 1024,
+        "metrics_export_port": _free_port(),
+    }
+    if head:  # never the default ports: another cluster may run on this machine
+        args.update(gcs_server_port=_free_port(), dashboard_agent_listen_port=_free_port())
+        args.update(ray_client_server_port=_free_port())
+    return args
+
+
+@dataclass
+class LocalCluster:
+    """The running cluster: its address and each node's Ray node id by name."""
+
+    address: str
+    node_ids: dict[str, str]
+
+    def node_of(self, node_id: str) -> str:
+        return next(name for name, nid in self.node_ids.items() if nid == node_id)
+
+
+def _node_ids() -> dict[str, str]:
+    import ray
+
+    found = {}
+    for node in ray.nodes():
+        names = [k[len("node_") :] for k in node["Resources"] if k.startswith("node_") and k[5:] in NODES]
+        if node["Alive"] and names:
+            found[names[0]] = node["NodeID"]
+    return found
+
+
+def _start(tmp: str) -> Any:
+    """The nodes; they (and the workers they start) keep ``tmp`` as their temp dir."""
+    from ray.cluster_utils import Cluster
+
+    saved = {k: os.environ.get(k) for k in ("RAY_TMPDIR", "TMPDIR")}
+    os.environ.update(RAY_TMPDIR=tmp, TMPDIR=tmp)
+    try:
+        cluster = Cluster(initialize_head=True, head_node_args=node_args("a", head=True))
+        cluster.add_node(**node_args("b", head=False))
+        cluster.wait_for_nodes()
+        return cluster
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[LocalCluster]:
+    import ray
+
+    tmp = tempfile.mkdtemp(prefix="trray-", dir="/tmp")  # short: Ray's socket paths live under it
+    cluster = None
+    try:
+        cluster = _start(tmp)
+        ray.init(address=cluster.address, namespace="tokenrouter-tests", log_to_driver=False)
+        yield LocalCluster(cluster.address, _node_ids())
+    finally:
+        ray.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def actor_table() -> list[dict[str, Any]]:
+    """Ray's record (GCS) of every live actor: name, node id, pid."""
+    import ray
+
+    rows = ray._private.state.actors().values()
+    return [
+        {"name": r.get("Name", ""), "node_id": r["Address"]["NodeID"], "pid": r["Pid"]}
+        for r in rows
+        if r["State"] == "ALIVE"
+    ]

@@ -1,0 +1,103 @@
+"""``cluster:`` in the serve config and ``--ray-address``: validation with errors that name the field, the bundles
+a config asks Ray for, and a worker's placement on its node (no Ray here)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from trserve.cluster.bundles import bundles_of, cluster_placements, label_selectors
+from trserve.cluster.host import node_placement
+from trserve.config import ServeConfig
+from trserve.runtime.placement import Placement
+
+TWO = [{"name": "small", "path": "/x"}, {"name": "large", "path": "/y"}]
+
+
+def make(cluster: dict, **kw) -> ServeConfig:
+    return ServeConfig.model_validate({"models": kw.pop("models", TWO), "cluster": cluster, **kw})
+
+
+@pytest.mark.parametrize(
+    ("cluster", "extra", "words"),
+    [
+        ({"backend": "slurm"}, {}, "cluster.backend"),
+        ({"strategy": "SCATTER"}, {}, "cluster.strategy"),
+        ({"nodes": {"huge": {"resources": {"big": 1}}}}, {}, "unknown models ['huge']"),
+        ({"nodes": {"small": {"resources": {"CPU": 2}}}}, {}, "not CPU/GPU"),
+        ({"nodes": {"small": {"resources": {"big": 0}}}}, {}, "> 0"),
+        ({}, {"mode": "lockstep"}, "routed mode only"),
+        ({"accelerator": "gpu"}, {"models": [{**TWO[0], "placement": {"gpus": [3]}}, TWO[1]]}, "Ray picks the GPUs"),
+        ({}, {"models": [{**TWO[0], "placement": {"gpus": [3]}}, TWO[1]]}, "needs cluster.accelerator: gpu"),
+        ({"address": ""}, {}, "cluster.address"),
+        ({"surprise": 1}, {}, "surprise"),
+    ],
+)
+def test_bad_cluster_settings_name_the_field(cluster, extra, words):
+    with pytest.raises(ValidationError) as info:
+        make(cluster, **extra)
+    assert words in str(info.value)
+
+
+def test_without_cluster_nothing_changes():
+    assert ServeConfig.model_validate({"models": TWO}).cluster is None
+
+
+def test_bundles_hold_each_workers_cores_gpus_and_pins():
+    models = [
+        {"name": "small", "path": "/x", "placement": {"cpus": [0, 1, 2, 3]}},
+        {"name": "large", "path": "/y", "placement": {"cpus": [4], "tensor_parallel_size": 8}},
+    ]
+    nodes = {"large": {"labels": {"gpu-node": "b"}, "resources": {"big": 0.5}}}
+    cfg = make({"accelerator": "gpu", "strategy": "SPREAD", "nodes": nodes}, models=models)
+    placements = cluster_placements(cfg)
+    workers = [(m.name, p) for m, p in zip(cfg.models, placements, strict=True)]
+    assert bundles_of(cfg.cluster, workers) == [{"CPU": 4.0, "GPU": 1.0}, {"CPU": 1.0, "GPU": 8.0, "big": 0.5}]
+    assert label_selectors(cfg.cluster, workers) == [{}, {"gpu-node": "b"}]
+    cpu_only = make({}, models=models[:1])
+    assert bundles_of(cpu_only.cluster, [("small", cluster_placements(cpu_only)[0])]) == [{"CPU": 4.0}]
+    assert label_selectors(cpu_only.cluster, [("small", cluster_placements(cpu_only)[0])]) is None
+
+
+def test_a_worker_is_pinned_to_its_cores_on_its_node_and_to_the_gpus_ray_gave():
+    placement = Placement(cpus=(2, 3), gpus=(0, 1))
+    assert node_placement(placement, [0, 1, 2, 3], ["5", "7"]) == Placement(cpus=(2, 3), gpus=(5, 7))
+    assert node_placement(placement, [0, 1], ["5", "7"]).cpus == (0, 1)  # a smaller node: all of its cores
+    assert node_placement(Placement(cpus=(1,)), [0, 1], []) == Placement(cpus=(1,))
+    env = node_placement(placement, [2, 3], ["5", "7"]).environment()
+    assert env["CUDA_VISIBLE_DEVICES"] == "5,7" and env["OMP_NUM_THREADS"] == "2"
+
+
+def _serve(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "tokenrouter", "serve", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def test_ray_address_option_sets_the_cluster(tmp_path):
+    path = tmp_path / "c.yaml"
+    config = {"backend": "hash", "models": TWO, "cluster": {"strategy": "SPREAD", "address": "auto"}}
+    path.write_text(yaml.safe_dump(config))
+    result = _serve("--config", str(path), "--ray-address", "10.0.0.5:6379", "--print-config")
+    assert result.returncode == 0, result.stderr
+    printed = yaml.safe_load(result.stdout)["cluster"]
+    assert printed["address"] == "10.0.0.5:6379" and printed["strategy"] == "SPREAD"  # the rest stays
+    config.pop("cluster")
+    path.write_text(yaml.safe_dump(config))
+    printed = yaml.safe_load(_serve("--config", str(path), "--ray-address", "auto", "--print-config").stdout)
+    assert printed["cluster"]["backend"] == "ray" and printed["cluster"]["strategy"] == "PACK"
+    bad = _serve("--config", str(path), "--ray-address", "")
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "error: cluster.address: String should have at least 1 character"
+    ]
+
+
+def test_shipped_ray_local_config_is_valid_and_on_ray():
+    from trserve.config import load_config
+
+    cfg = load_config(Path(__file__).resolve().parents[3] / "configs" / "ray-local.yaml")
+    assert cfg.cluster is not None and cfg.cluster.address == "auto" and cfg.cluster.strategy == "PACK"
