@@ -30,8 +30,12 @@ def cluster_placements(cfg: ServeConfig) -> list[Placement]:
 
 
 def constraint_of(cluster: ClusterConfig, name: str) -> NodeConstraintConfig:
-    """The node constraint of worker ``name`` (``cluster.nodes`` is keyed by model name)."""
-    return cluster.nodes.get(name, NO_CONSTRAINT)
+    """The node constraint of worker ``name``: ``cluster.nodes`` is keyed by model name, and every replica of a
+    model (process ``NAME-rR``) shares its model's."""
+    if name in cluster.nodes:
+        return cluster.nodes[name]
+    model, sep, replica = name.rpartition("-r")
+    return cluster.nodes.get(model, NO_CONSTRAINT) if sep and replica.isdigit() else NO_CONSTRAINT
 
 
 def bundle_of(cluster: ClusterConfig, name: str, placement: Placement) -> Bundle:

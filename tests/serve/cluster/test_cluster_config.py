@@ -64,6 +64,12 @@ def test_bundles_hold_each_workers_cores_gpus_and_pins():
     assert label_selectors(cpu_only.cluster, [("small", cluster_placements(cpu_only)[0])]) is None
 
 
+def test_every_replica_of_a_model_shares_its_pins():
+    cfg = make({"nodes": {"small": {"resources": {"big": 1}}}})
+    workers = [(name, Placement(cpus=(0,))) for name in ("small-r0", "small-r1", "large", "smallish-r0")]
+    assert [b.get("big") for b in bundles_of(cfg.cluster, workers)] == [1, 1, None, None]
+
+
 def test_a_worker_is_pinned_to_its_cores_on_its_node_and_to_the_gpus_ray_gave():
     placement = Placement(cpus=(2, 3), gpus=(0, 1))
     assert node_placement(placement, [0, 1, 2, 3], ["5", "7"]) == Placement(cpus=(2, 3), gpus=(5, 7))
@@ -101,3 +107,13 @@ def test_shipped_ray_local_config_is_valid_and_on_ray():
 
     cfg = load_config(Path(__file__).resolve().parents[3] / "configs" / "ray-local.yaml")
     assert cfg.cluster is not None and cfg.cluster.address == "auto" and cfg.cluster.strategy == "PACK"
+
+
+def test_the_two_node_config_in_the_docs_asks_for_what_the_docs_say():
+    text = (Path(__file__).resolve().parents[3] / "docs" / "serving.md").read_text()
+    block = text[text.index("    backend: vllm\n    models:") : text.index("Bundles: small")]
+    cfg = ServeConfig.model_validate(yaml.safe_load("\n".join(line[4:] for line in block.splitlines())))
+    workers = [(m.name, p) for m, p in zip(cfg.models, cluster_placements(cfg), strict=True)]
+    assert bundles_of(cfg.cluster, workers) == [{"CPU": 4, "GPU": 1}, {"CPU": 8, "GPU": 8}]
+    assert "Bundles: small `{CPU: 4, GPU: 1}` on B, large `{CPU: 8, GPU: 8}` on A" in text
+    assert label_selectors(cfg.cluster, workers) == [{"tokenrouter/node": "b"}, {"tokenrouter/node": "a"}]
