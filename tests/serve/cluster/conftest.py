@@ -8,6 +8,7 @@ of the cluster (it reads the actor table); servers under test join it as drivers
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -65,7 +66,29 @@ def _node_ids() -> dict[str, str]:
     return found
 
 
-def _start(tmp: str) -> Any:
+def _start(tmp: str, attempts: int = 3) -> Any:
+    """The nodes, in ``tmp``. Ray gives a node 30 s to register, which a loaded machine can miss: then the
+    processes of that try (our children running under ``tmp``) are killed and it tries again."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return _start_once(tmp)
+        except Exception:
+            if attempt == attempts:
+                raise
+            _kill_children_under(tmp)
+    raise AssertionError("unreachable")
+
+
+def _kill_children_under(tmp: str) -> None:
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if tmp in " ".join(child.cmdline()):
+                child.kill()
+
+
+def _start_once(tmp: str) -> Any:
     """The nodes; they (and the workers they start) keep ``tmp`` as their temp dir."""
     from ray.cluster_utils import Cluster
 
