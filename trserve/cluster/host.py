@@ -1,10 +1,11 @@
 """The body of the Ray actor that hosts one worker process on its node (wrapped by ``ray.remote`` in
 :mod:`trserve.cluster.ray_spawner`; plain Python here, so importing it costs nothing).
 
-The actor receives the launch order through Ray (the run spec's text travels with it, never a shared path),
-writes the spec privately on its node (a 0700 directory, a 0600 file), starts the same ``python -m`` worker a
-local run starts, pinned to the placement's cores that exist on this node and to the GPUs Ray gave the actor, and
-answers for it: its exit status (:meth:`WorkerHost.wait_exit` returns when it exits), its log tail, SIGTERM and
+The actor receives the launch order through Ray (the run spec's text, CURVE keys included, travels with it, never
+a shared path), writes the spec privately on its node (a 0700 directory, a 0600 file) and starts the same
+``python -m`` worker a local run starts: pinned to the placement's cores that exist on this node and to the GPUs
+Ray gave the actor, its ``tcp`` inbox (``server.transport: tcp``) bound on this node's address. It answers for
+the worker: its exit status (:meth:`WorkerHost.wait_exit` returns when it exits), its log tail, SIGTERM and
 SIGKILL. The worker dies with the actor (it asks Linux for SIGTERM when its parent goes).
 """
 
@@ -20,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from trserve.cluster.handles import LOG_TAIL_LINES, LaunchOrder
-from trserve.cluster.local import log_tail, start_worker
+from trserve.cluster.local import log_tail, start_worker, write_private
+from trserve.runtime.endpoints import BIND_HOST_ENV
 from trserve.runtime.placement import Placement, available_cpus
 
 
@@ -30,12 +32,6 @@ def node_placement(placement: Placement, node_cpus: list[int], gpu_ids: list[str
     cpus = tuple(c for c in placement.cpus if c in node_cpus) or tuple(node_cpus)
     gpus = tuple(int(g) for g in gpu_ids) if placement.gpus is not None else None
     return replace(placement, cpus=cpus, gpus=gpus)
-
-
-def _write_private(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
 
 
 class WorkerHost:
@@ -56,11 +52,12 @@ class WorkerHost:
 
         try:
             self.run_json = self.dir / f"run-{order.index}-g{order.generation}.json"
-            _write_private(self.run_json, order.run_json)
+            write_private(self.run_json, order.run_json)
             self.log_path = self.dir / f"{order.name}.log"
             gpu_ids = ray.get_runtime_context().get_accelerator_ids().get("GPU", [])
             placement = node_placement(order.placement, available_cpus(), gpu_ids)
-            env = {**os.environ, **placement.environment()}
+            # On tcp the worker binds its inbox on this node's address, which it reports in Ready.
+            env = {**os.environ, **placement.environment(), BIND_HOST_ENV: ray.util.get_node_ip_address()}
             self.process = start_worker(replace(order, placement=placement), self.run_json, self.log_path, env)
         finally:
             self.is_started.set()

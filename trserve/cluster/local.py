@@ -22,6 +22,13 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` readable only by this user (a run spec holds the run's CURVE secret keys on tcp)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
 def start_worker(order: LaunchOrder, run_json: Path, log_path: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     """Start ``order``'s worker reading ``run_json``, pinned to its placement's cores, appending to ``log_path``
     (shared by the local spawner and the Ray actor that starts a worker on its node)."""
@@ -85,7 +92,7 @@ class LocalSpawner:
 
     def spawn(self, order: LaunchOrder) -> LocalProcess:
         run_json = self.log_dir / f"run-{order.index}-g{order.generation}.json"
-        run_json.write_text(order.run_json)
+        write_private(run_json, order.run_json)
         log_path = self.log_dir / f"{order.name}.log"
         env = {**os.environ, **order.placement.environment()}
         return LocalProcess(start_worker(order, run_json, log_path, env), log_path)

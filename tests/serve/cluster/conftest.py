@@ -46,24 +46,26 @@ def node_args(name: str, head: bool) -> dict[str, Any]:
 
 @dataclass
 class LocalCluster:
-    """The running cluster: its address and each node's Ray node id by name."""
+    """The running cluster: its address, each node's Ray node id by name and its IP address by node id."""
 
     address: str
     node_ids: dict[str, str]
+    node_ips: dict[str, str]
 
     def node_of(self, node_id: str) -> str:
         return next(name for name, nid in self.node_ids.items() if nid == node_id)
 
 
-def _node_ids() -> dict[str, str]:
+def _describe(address: str) -> LocalCluster:
     import ray
 
-    found = {}
+    ids, ips = {}, {}
     for node in ray.nodes():
         names = [k[len("node_") :] for k in node["Resources"] if k.startswith("node_") and k[5:] in NODES]
         if node["Alive"] and names:
-            found[names[0]] = node["NodeID"]
-    return found
+            ids[names[0]] = node["NodeID"]
+            ips[node["NodeID"]] = node["NodeManagerAddress"]
+    return LocalCluster(address, ids, ips)
 
 
 def _start(tmp: str, attempts: int = 3) -> Any:
@@ -116,7 +118,7 @@ def ray_cluster() -> Iterator[LocalCluster]:
     try:
         cluster = _start(tmp)
         ray.init(address=cluster.address, namespace="tokenrouter-tests", log_to_driver=False)
-        yield LocalCluster(cluster.address, _node_ids())
+        yield _describe(cluster.address)
     finally:
         ray.shutdown()
         if cluster is not None:

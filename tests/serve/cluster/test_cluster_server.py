@@ -36,9 +36,10 @@ def emulated(config: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def on_ray(tmp_path_factory, ray_cluster: LocalCluster, hash_server: Served) -> Iterator[Served]:
-    """The hash server on the cluster: SPREAD, the large model pinned by label to node b."""
+    """The hash server on the cluster: SPREAD, the large model pinned by label to node b, ``tcp`` inboxes (each
+    worker binds on its node's address; CURVE keys reach it through Ray in the run spec)."""
     config = on_cluster(
-        server_config(hash_server.model_dirs, backend="hash"),
+        server_config(hash_server.model_dirs, backend="hash", transport="tcp"),
         ray_cluster.address,
         strategy="SPREAD",
         nodes={"large": {"labels": {LABEL: "b"}}},
@@ -101,6 +102,11 @@ def test_workers_run_in_actors_on_the_nodes_asked_for(on_ray: Served, ray_cluste
     assert set(actors) == {"large", "small"}  # every worker process is the child of one of the run's actors
     nodes = {name: ray_cluster.node_of(a["node_id"]) for name, a in actors.items()}
     assert nodes == {"large": "b", "small": "a"}  # pinned by label; SPREAD: the other node
+    for actor in actors.values():  # each worker's tcp inbox listens on its node's address (Ray's node table)
+        listening = {
+            c.laddr.ip for c in psutil.Process(actor["worker_pid"]).net_connections("tcp") if c.status == "LISTEN"
+        }
+        assert listening == {ray_cluster.node_ips[actor["node_id"]]}
 
 
 def _maps_raylet(pid: int) -> bool:

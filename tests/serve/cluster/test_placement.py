@@ -4,6 +4,7 @@ clear error, not a hang."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -18,8 +19,19 @@ ONE_CORE = Placement(cpus=(0,))
 TWO = [("large", ONE_CORE), ("small", ONE_CORE)]
 
 
+def wait_idle(timeout_s: float = 120.0) -> None:
+    """Until every CPU of the cluster is free again (actors of servers stopped before free theirs late)."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while ray.available_resources().get("CPU", 0) < ray.cluster_resources()["CPU"]:
+        assert time.monotonic() < deadline, f"the cluster stays busy: {ray.available_resources()}"
+        time.sleep(0.5)
+
+
 @pytest.fixture
 def spawners(ray_cluster: LocalCluster) -> Iterator[list[RaySpawner]]:
+    wait_idle()  # where Ray puts a bundle depends on what is free
     made: list[RaySpawner] = []
     yield made
     for spawner in made:
