@@ -4,29 +4,31 @@ Ray reserves for it on one node) and its node label selector. Pure functions; no
 from __future__ import annotations
 
 from trserve.config import ClusterConfig, ModelConfig, NodeConstraintConfig, ServeConfig
-from trserve.runtime.placement import Placement, available_cpus, place_models
+from trserve.runtime.placement import Placement, available_cpus, place_processes
 
 Bundle = dict[str, float]
 NO_CONSTRAINT = NodeConstraintConfig()
 
 
 def _with_placeholder_gpus(model: ModelConfig) -> ModelConfig:
-    """The model asking for ``tensor_parallel_size`` GPUs, ids 0.. as placeholders (Ray picks the real ones)."""
-    count = model.placement.tensor_parallel_size
+    """The model asking for ``tensor_parallel_size`` GPUs per replica, ids 0.. as placeholders (Ray picks the real
+    ones on each worker's node)."""
+    count = model.placement.tensor_parallel_size * model.replicas
     return model.model_copy(update={"placement": model.placement.model_copy(update={"gpus": list(range(count))})})
 
 
 def cluster_placements(cfg: ServeConfig) -> list[Placement]:
-    """One placement per model on a cluster: explicit ``placement.cpus`` are core ids on the worker's node (this
-    machine need not have them); a model without them gets an even share of this machine's cores, counted the
-    same way. Each worker is pinned to those of its cores that its node has; with ``cluster.accelerator: gpu``
-    each gets ``tensor_parallel_size`` GPUs, which Ray picks on its node."""
+    """One placement per worker process (model by model, replica by replica) on a cluster. Explicit
+    ``placement.cpus`` are core ids on the worker's node (this machine need not have them) split among the model's
+    replicas; a model without them gets an even share of this machine's cores, counted the same way. Each worker
+    is pinned to those of its cores that its node has; with ``cluster.accelerator: gpu`` each gets
+    ``tensor_parallel_size`` GPUs, which Ray picks on its node."""
     cluster = cfg.cluster or ClusterConfig()
     models = list(cfg.models)
     if cluster.accelerator == "gpu":
         models = [_with_placeholder_gpus(m) for m in models]
     claimed = {c for m in models for c in m.placement.cpus or ()}
-    return place_models(models, sorted(set(available_cpus()) | claimed))
+    return place_processes(models, cfg.backend, sorted(set(available_cpus()) | claimed))
 
 
 def constraint_of(cluster: ClusterConfig, name: str) -> NodeConstraintConfig:

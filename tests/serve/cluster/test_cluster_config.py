@@ -117,3 +117,13 @@ def test_the_two_node_config_in_the_docs_asks_for_what_the_docs_say():
     assert bundles_of(cfg.cluster, workers) == [{"CPU": 4, "GPU": 1}, {"CPU": 8, "GPU": 8}]
     assert "Bundles: small `{CPU: 4, GPU: 1}` on B, large `{CPU: 8, GPU: 8}` on A" in text
     assert label_selectors(cfg.cluster, workers) == [{"tokenrouter/node": "b"}, {"tokenrouter/node": "a"}]
+
+
+def test_each_replica_gets_a_bundle_of_its_own():
+    models = [{"name": "small", "path": "/x", "replicas": 3, "placement": {"cpus": [0, 1, 2, 3, 4, 5]}},
+              {"name": "large", "path": "/y", "placement": {"cpus": [6, 7], "tensor_parallel_size": 2}}]  # fmt: skip
+    cfg = make({"accelerator": "gpu", "nodes": {"small": {"resources": {"small_node": 1}}}}, models=models)
+    names = [m.process_name(r) for m in cfg.models for r in range(m.replicas)]
+    bundles = bundles_of(cfg.cluster, list(zip(names, cluster_placements(cfg), strict=True)))
+    assert names == ["small-r0", "small-r1", "small-r2", "large"]
+    assert bundles == [{"CPU": 2, "GPU": 1, "small_node": 1}] * 3 + [{"CPU": 2, "GPU": 2}]
