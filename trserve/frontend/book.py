@@ -40,7 +40,9 @@ class Unavailable(Exception):
 class FrontEnd:
     """Admits requests, talks to the subserver processes over ZeroMQ and tracks every request to its end.
 
-    ``inboxes[p]`` is the address of process ``p`` (for the routed mode, process ``m`` serves model ``m``);
+    Its inbox binds ``inbox_address`` (``keys``: CURVE on tcp); ``inboxes[p]`` is the address of process ``p``
+    when known (a worker being started is connected when its ``Ready`` names its inbox; for the routed mode,
+    process ``m`` serves model ``m``);
     ``entry`` is the process that receives new requests. With replicas (``pinning``), ``entry`` is the entry
     model, and each request goes to the process of its pinned replica of it."""
 
