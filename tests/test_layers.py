@@ -40,6 +40,7 @@ HEAVY_ALLOWED = (
     "trserve.routers",  # router training reads the pair's hidden states with torch
     "trserve.baselines",
     "trserve.bench.direct",  # plain vLLM, the overhead reference
+    "trserve.bench.vllm_client",  # vLLM's own benchmark client, run unchanged
     "trserve.quality.score",  # the large model's log-probabilities of routed answers (transformers)
 )
 #: Where ray may be imported: the cluster room (the server without ``cluster:`` never loads it) and the simulator's

@@ -8,7 +8,7 @@ import typer
 
 from tokenrouter.errors import cli_errors
 from trcore.errors import ConfigError
-from trserve.bench.systems import SYSTEMS
+from trserve.bench.systems import BENCH_SYSTEMS, SINGLE_MODEL
 
 
 def _ints(text: str, field: str) -> tuple[int, ...]:
@@ -28,8 +28,10 @@ def _names(text: str) -> tuple[str, ...]:
 @cli_errors
 def bench(
     config: Path | None = typer.Option(None, "--config", "-c", help="Base serve config (YAML); default: local pair."),
-    systems: str = typer.Option(",".join(SYSTEMS), help="Systems to compare."),
-    routers: str = typer.Option("rstitch,r2r", help="Routing programs."),
+    systems: str = typer.Option(
+        ",".join(BENCH_SYSTEMS), help="Systems to compare (vllm-server: vLLM's own OpenAI server, large model)."
+    ),
+    routers: str = typer.Option("rstitch,r2r", help="Routing programs (rstitch, r2r, citer: their operating points)."),
     concurrency: str = typer.Option("1,4,8,16", "--concurrency", "-n", help="Closed-loop concurrencies N."),
     repetitions: int = typer.Option(3, min=1, help="Measured windows per system, router and N."),
     max_tokens: int = typer.Option(32, min=2, help="Output tokens per request."),
@@ -67,6 +69,8 @@ def bench(
         raise ConfigError("--drift", f"unknown mode {drift!r}; valid: {', '.join(DRIFT_MODES)}")
     opt.check_positive(drift_tolerance, "--drift-tolerance")
     base = (load_config(config) if config is not None else default_config()).model_dump(mode="json")
+    if "vllm-server" in sys_names and base.get("backend") != "vllm":
+        raise ConfigError("systems", f"vllm-server needs real engines (backend: vllm), not {base.get('backend')!r}")
     base["server"]["max_active_requests"] = max(base["server"]["max_active_requests"], max(ns))
     ServeConfig.model_validate(base)
     workload = Workload(max_tokens, warmup_s, window_s)
@@ -77,8 +81,8 @@ def bench(
     typer.echo(f"bench: {probed.line()}", err=True)
     plan = BenchPlan(sys_names, router_names, ns, repetitions, workload, base, direct, min_gain=min_gain, drift=probed)
     runner = BenchRunner(plan, None)
-    cells = len(ns) * repetitions * (len([s for s in sys_names if s != "llm-only"]) * len(router_names))
-    cells += len(ns) * repetitions * ("llm-only" in sys_names)
+    cells = len(ns) * repetitions * (len([s for s in sys_names if s not in SINGLE_MODEL]) * len(router_names))
+    cells += len(ns) * repetitions * len([s for s in sys_names if s in SINGLE_MODEL])
     command = ("tokenrouter bench " + " ".join(sys.argv[2:])).strip()
 
     def write() -> dict[str, object]:

@@ -144,8 +144,21 @@ def metric_delta(after: str, before: str, name: str) -> dict[str, float]:
     return {k: v - b.get(k, 0.0) for k, v in a.items()}
 
 
+#: vLLM's own server counts generated tokens in this series (labels ``engine`` and ``model_name``).
+VLLM_GENERATED = "vllm:generation_tokens_total"
+
+
+def labelled_sum(text: str, name: str) -> float:
+    """The sum of every sample of one Prometheus series whatever its labels (0 when absent)."""
+    return sum(float(v) for v in re.findall(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.e+-]+)$", text, re.M))
+
+
 def committed_tokens(after: str, before: str) -> float:
-    return sum(metric_delta(after, before, "tokenrouter_tokens_total").values())
+    """Output tokens the server committed between two ``/metrics`` texts: TokenRouter's per-model counter, or,
+    from vLLM's own OpenAI server (which has none), vLLM's generated-token counter."""
+    if "tokenrouter_tokens_total" in after:
+        return sum(metric_delta(after, before, "tokenrouter_tokens_total").values())
+    return labelled_sum(after, VLLM_GENERATED) - labelled_sum(before, VLLM_GENERATED)
 
 
 def summarize(records: list[RequestRecord], concurrency: int, win_start: float, win_end: float) -> LoadResult:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from trserve.bench.matched import matched_rows, matched_table
 from trserve.bench.report import lookup, markdown_table, plot, run_item, speedup_table
 
 TARGET_N = 8
@@ -104,11 +105,16 @@ def write_outputs(
         "routing": {r: routing_item(s, plan.min_gain) for r, s in runner.routers.items()},
         "runs": runs,
         "vllm_direct": runner.direct,
+        "vllm_server": runner.external.get("vllm-server"),
+        "matched_quality": matched_rows(runs),
         "targets": targets(runs, routers, runner.direct),
     }
     (out_dir / "bench.json").write_text(json.dumps(doc, indent=2) + "\n")
     tables = [markdown_table(runs, routers, ns), speedup_table(runs, routers, ns)]
     md = [f"Command: `{command}`", "", plan.drift.line(), "", *tables]
+    if doc["matched_quality"]:
+        md += ["Throughput at matched quality (quality from trserve/data/operating_points.json):", "",
+               matched_table(doc["matched_quality"])]  # fmt: skip
     (out_dir / "bench.md").write_text("\n".join(md))
     plot(runs, routers, ns, out_dir / "bench.png")
     return doc

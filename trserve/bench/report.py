@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 
 from trserve.bench import cpu
+from trserve.bench.systems import SINGLE_MODEL
 
-BASELINES = ("lockstep", "per-token", "llm-only")
+BASELINES = ("lockstep", "per-token", "llm-only", "vllm-server")
 
 
 def _pct(values: Sequence[float], q: float) -> float | None:
@@ -51,6 +52,8 @@ def run_item(cell: Any) -> dict[str, Any]:
                                                                                           strict=True))
                           for m in range(num_models)],
         "cpu": cpu_item(cell),
+        "router_params": cell.router_params,
+        "quality": cell.quality,
     }  # fmt: skip
 
 
@@ -66,7 +69,7 @@ def cpu_item(cell: Any) -> dict[str, Any] | None:
 
 def lookup(runs: Sequence[dict[str, Any]], system: str, router: str, n: int) -> dict[str, Any] | None:
     for r in runs:
-        if r["system"] == system and r["concurrency"] == n and (r["router"] == router or system == "llm-only"):
+        if r["system"] == system and r["concurrency"] == n and (r["router"] == router or system in SINGLE_MODEL):
             return r
     return None
 

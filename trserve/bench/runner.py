@@ -10,23 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from trcore.errors import NotIrreducibleError
 from trserve.bench import cpu, predict
 from trserve.bench.client import LoadResult, Workload, run_load
 from trserve.bench.direct import run_direct_process
 from trserve.bench.drift import NOT_PROBED, BenchDrift
+from trserve.bench.matched import quality_for
 from trserve.bench.predict import StepStats
-from trserve.bench.systems import OPTIMIZED, system_config
+from trserve.bench.servers import started
+from trserve.bench.systems import EXTERNAL, OPTIMIZED, SINGLE_MODEL
 from trserve.hardware import hardware_tag
-from trserve.server.process import ServerProcess
 
 
 @dataclass(frozen=True)
@@ -60,6 +57,10 @@ class Cell:
     predicted_sim: float | None = None
     predicted_own_steps: float | None = None
     latency_source: str = ""
+    #: The routing program's parameters the server ran (None for single-model systems).
+    router_params: dict[str, Any] | None = None
+    #: The operating point's measured quality when the cell ran one (``trserve.bench.matched``), else None.
+    quality: dict[str, Any] | None = None
 
 
 @dataclass
@@ -86,11 +87,13 @@ class BenchRunner:
         self.cells: list[Cell] = []
         self.routers: dict[str, RouterState] = {}
         self.direct: dict[str, Any] | None = None
+        #: Per system not served by TokenRouter (``vllm-server``): its command, environment and start-up time.
+        self.external: dict[str, dict[str, Any]] = {}
         #: Called after each server run, so a long bench leaves its results so far on disk if it is cut short.
         self.on_checkpoint: Any = None
 
     def run(self) -> None:
-        order = [s for s in self.plan.systems if s != "llm-only"]
+        order = [s for s in self.plan.systems if s not in SINGLE_MODEL]
         if any(s in OPTIMIZED for s in order) and "tokenrouter-b1" not in order:
             order.insert(0, "tokenrouter-b1")  # the optimizer needs its routing statistics
         order.sort(key=lambda s: s != "tokenrouter-b1")
@@ -103,34 +106,34 @@ class BenchRunner:
                         if cell.router == router and cell.predicted_model is None:
                             self._predict(cell)
                             self.display.cell_done(cell)
-        if "llm-only" in self.plan.systems:
-            self._run_system("llm-only", "none")
+        for system in SINGLE_MODEL:
+            if system in self.plan.systems:
+                self._run_system(system, "none")
         if self.plan.direct and "llm-only" in self.plan.systems:
             self._run_direct()
 
     def _model_names(self, system: str) -> list[str]:
+        """The models whose TokenRouter counters a system's cells read (none for vLLM's own server)."""
         models = self.plan.base["models"]
+        if system in EXTERNAL:
+            return []
         return [models[-1]["name"]] if system == "llm-only" else [m["name"] for m in models]
 
     def _run_system(self, system: str, router: str) -> None:
-
         state = self.routers.get(router)
         table = _threshold_table(system, state) if state and system in OPTIMIZED else None
-        cfg = system_config(self.plan.base, system, "rstitch" if router == "none" else router, table)
-        path = Path(tempfile.mkstemp(prefix=f"bench-{system}-", suffix=".yaml")[1])
-        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-        server = ServerProcess(path)
         self.display.starting(system, router)
-        try:
-            server.start(timeout_s=900)
-            assert server.process is not None
-            pid = server.process.pid
+        with started(self.plan.base, system, router, table) as server:
+            if server.description:
+                self.external[system] = server.description
 
             def probe() -> dict[str, Any]:
-                return cpu.snapshot(pid)
+                return cpu.snapshot(server.pid)
 
             for n in self.plan.concurrencies:
                 cell = Cell(system, router, n, thresholds=table.get(n) if table else None)
+                cell.router_params = server.router["params"] if server.router else None
+                cell.quality = quality_for(self.plan.base, system, router, cell.router_params)
                 for rep in range(self.plan.repetitions):
                     self.display.running(cell, rep)
                     load = asyncio.run(run_load(server.url, n, self.plan.workload, probe))
@@ -142,9 +145,6 @@ class BenchRunner:
                 self.cells.append(cell)
                 self._predict(cell)
                 self.display.cell_done(cell)
-        finally:
-            server.stop()
-            path.unlink(missing_ok=True)
         if self.on_checkpoint is not None:
             self.on_checkpoint()
 
@@ -200,6 +200,9 @@ class BenchRunner:
         profiles' (lockstep and llm-only give every engine all cores) are predicted from profiles of that placement
         (``<tag>-allcores``, made by ``tokenrouter calibrate`` on ``configs/allcores-*.yaml``), else "-"."""
         n = cell.concurrency
+        if cell.system in EXTERNAL:
+            cell.latency_source = "none: vLLM's own server (its scheduler is not modelled)"
+            return
         if cell.system in ("llm-only", "lockstep"):
             self._predict_all_cores(cell)
             return

@@ -12,7 +12,9 @@ Every system runs on the same engines and placement; only the scheduling differs
   time while the rest of the batch waits, the official R2R pattern;
 * ``per-token``: the server's ``mode: per-token`` (``trserve.baselines.pertoken_dispatch``): every token is a new
   one-token request, with the whole sequence, to a plain engine of the chosen model;
-* ``llm-only``: the large model alone, routing disabled.
+* ``llm-only``: the large model alone, routing disabled;
+* ``vllm-server``: not TokenRouter at all: vLLM's own OpenAI server on the large model, what a user would run
+  instead (``trserve.bench.vllm_server``).
 """
 
 from __future__ import annotations
@@ -26,14 +28,21 @@ from trserve.server.defaults import operating_point
 SYSTEMS = (
     "tokenrouter", "tokenrouter-b1", "tokenrouter-bstar", "tokenrouter-readmit", "lockstep", "per-token", "llm-only"
 )  # fmt: skip
+#: Systems served by something other than ``tokenrouter serve`` (no serve config).
+EXTERNAL = ("vllm-server",)
+#: Everything the bench can run.
+BENCH_SYSTEMS = (*SYSTEMS, *EXTERNAL)
+#: Systems of one model, run once (router "none") rather than per routing program.
+SINGLE_MODEL = ("llm-only", "vllm-server")
 #: Systems whose thresholds come from the throughput model's optimizer (``tokenrouter-bstar``: without min gain).
 OPTIMIZED = ("tokenrouter", "tokenrouter-bstar", "tokenrouter-readmit")
-#: Router parameters: rstitch and r2r at their committed operating points (``tokenrouter quality``, the cheapest
+#: Router parameters: rstitch, r2r and citer at their committed operating points (``tokenrouter quality``, the cheapest
 #: swept parameters reaching the target share of large-only's accuracy; share and accuracy in
 #: trserve/data/operating_points.json).
 ROUTER_PARAMS: dict[str, dict[str, Any]] = {
     "rstitch": dict(operating_point("rstitch")["params"]),
     "r2r": dict(operating_point("r2r")["params"]),
+    "citer": dict(operating_point("citer")["params"]),
     #: A synthetic router (``P``, ``C``, ``seed``): its parameters come from the base config (e.g.
     #: configs/emulated-r2r-a100.yaml), which must route with ``markov``.
     "markov": {},
@@ -44,8 +53,8 @@ ThresholdTable = Mapping[int, Sequence[int]]
 def check_names(systems: Sequence[str], routers: Sequence[str]) -> None:
     """Unknown system or router names are a ConfigError listing the valid ones."""
     for s in systems:
-        if s not in SYSTEMS:
-            raise ConfigError("systems", f"unknown system {s!r}; valid: {', '.join(SYSTEMS)}")
+        if s not in BENCH_SYSTEMS:
+            raise ConfigError("systems", f"unknown system {s!r}; valid: {', '.join(BENCH_SYSTEMS)}")
     for r in routers:
         if r not in ROUTER_PARAMS:
             raise ConfigError("routers", f"unknown router {r!r}; valid: {', '.join(ROUTER_PARAMS)}")

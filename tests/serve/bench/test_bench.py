@@ -90,11 +90,12 @@ def test_unknown_system_is_one_line_error() -> None:
 
 
 def test_small_bench_runs_every_system_on_real_engines(tmp_path: Path, prepared_pair: tuple[Path, Path]) -> None:
-    """The CI bench: all six systems, rstitch, N = 2, one short window each, real vLLM servers on the local pair,
-    and the plain-vLLM overhead reference (about 3 minutes)."""
+    """The CI bench: the seven TokenRouter-served systems, rstitch, N = 2, one short window each, real vLLM servers
+    on the local pair, and the plain-vLLM overhead reference (about 3 minutes)."""
     out = tmp_path / "out"
+    # Every TokenRouter-served system; vLLM's own server is tested apart (tests/serve/bench/test_vllm_server.py).
     cmd = [sys.executable, "-m", "tokenrouter.cli", "bench", "--routers", "rstitch", "-n", "2", "--repetitions", "1",
-           "--warmup-s", "0.5", "--window-s", "1.5", "--out", str(out)]  # fmt: skip
+           "--warmup-s", "0.5", "--window-s", "1.5", "--systems", ",".join(SYSTEMS), "--out", str(out)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((out / "bench.json").read_text())
@@ -109,6 +110,13 @@ def test_small_bench_runs_every_system_on_real_engines(tmp_path: Path, prepared_
             assert run["predicted_model_tok_s"] is None and run["predicted_sim_tok_s"] > 0, run
         elif not source.startswith("calibration profile"):  # lockstep, llm-only without all-cores profiles
             assert run["predicted_model_tok_s"] is None and source.startswith("none"), run
+    # The default config routes rstitch at its committed operating point: its rows carry that point's quality.
+    point = json.loads((Path(__file__).resolve().parents[3] / "trserve/data/operating_points.json").read_text())
+    routed = [r for r in doc["runs"] if r["system"] == "tokenrouter"]
+    assert [r["quality"]["large_share"] for r in routed] == [point["rstitch"]["large_share"]]
+    matched = {m["system"]: m for m in doc["matched_quality"]}
+    assert matched["tokenrouter"]["accuracy"] == point["rstitch"]["accuracy"]
+    assert matched["llm-only"]["large_share"] == 1.0 and "over_llm_only" in matched["tokenrouter"]
     assert doc["routing"]["rstitch"]["optimized_thresholds"]["2"]
     _check_drift(doc, (out / "bench.md").read_text())
     assert doc["vllm_direct"]["throughput_tok_s"] > 0 and doc["targets"]["overhead"]["ratio"] > 0

@@ -1,0 +1,64 @@
+"""The bench's ``vllm-server`` system for real: vLLM's own OpenAI server on the prepared large model starts,
+answers the bench's closed-loop client and vLLM's own benchmark client, and is stopped with every process it
+started. One server start serves the three tests (run them under ``flock /tmp/tokenrouter-measure.lock``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from trserve.bench.client import Workload, run_load
+from trserve.bench.vllm_server import VllmServer, group_members
+from trserve.entrypoints import worker_command
+from trserve.server.defaults import DEFAULT_CONFIG
+
+
+@pytest.fixture(scope="module")
+def vllm_openai(prepared_pair: tuple[Path, Path]) -> Iterator[VllmServer]:
+    large = {**DEFAULT_CONFIG["models"][-1], "path": str(prepared_pair[0]), "max_model_len": 512}
+    server = VllmServer(large)
+    try:
+        server.start(timeout_s=900)
+        yield server
+    finally:
+        server.stop()
+
+
+def test_it_answers_the_bench_client_and_counts_tokens(vllm_openai: VllmServer) -> None:
+    body = {"model": "tokenrouter", "prompt": "The capital of France is", "max_tokens": 5, "temperature": 0.0,
+            "ignore_eos": True}  # fmt: skip
+    answer = httpx.post(f"{vllm_openai.url}/v1/completions", json=body, timeout=120).json()
+    assert answer["usage"]["completion_tokens"] == 5 and answer["choices"][0]["text"]
+    load = asyncio.run(run_load(vllm_openai.url, 2, Workload(max_tokens=8, warmup_s=0.5, window_s=2.0)))
+    assert load.num_finished >= 1 and all(t > 0 for t in load.ttft_s)
+    # vLLM's own generated-token counter: at least the 8 tokens of every request finished inside the window
+    assert load.throughput_tok_s * load.window_s >= 8 * load.num_finished
+
+
+def test_vllm_bench_client_runs_unchanged_against_it(vllm_openai: VllmServer, tmp_path: Path,
+                                                     prepared_pair: tuple[Path, Path]) -> None:  # fmt: skip
+    args = ["--base-url", vllm_openai.url, "--model", "tokenrouter", "--tokenizer", str(prepared_pair[0]),
+            "--dataset-name", "random", "--random-input-len", "16", "--random-output-len", "4", "--num-prompts", "4",
+            "--max-concurrency", "2", "--ignore-eos", "--disable-tqdm", "--save-result", "--result-dir",
+            str(tmp_path), "--result-filename", "result.json"]  # fmt: skip
+    proc = subprocess.run(worker_command("vllm-bench-serve", *args), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["completed"] == 4 and result["total_output_tokens"] == 16
+    assert result["output_throughput"] > 0 and result["median_ttft_ms"] > 0
+
+
+def test_stop_ends_the_server_and_its_engine_core(vllm_openai: VllmServer) -> None:
+    assert vllm_openai.process is not None
+    pid = vllm_openai.process.pid
+    assert len(group_members(pid)) >= 2  # the API server and the engine-core process it started
+    vllm_openai.stop()
+    assert vllm_openai.process.returncode is not None
+    assert group_members(pid) == []
+    assert not vllm_openai.is_healthy()
