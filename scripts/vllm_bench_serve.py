@@ -8,8 +8,9 @@ at most 8 in flight. Per server: ``tokenrouter serve`` on the default config (rs
 point) and vLLM's OpenAI server on the large model (``trserve.bench.vllm_server``: both cores, float32, the same
 ``max_model_len``), each started, benchmarked twice by the same client command (first as a new user would, on
 the freshly started server; then again, warm) and stopped. ``--ignore-eos`` makes both write every requested
-token. vLLM's client runs unchanged in its own process (``python -m trserve.bench.vllm_client``, see there
-why not ``vllm bench serve``). Writes ``vllm_bench_serve.json`` (the settings, each run's summary figures and the
+token; ``--temperature 0`` decodes greedily, as the quality was measured. vLLM's client runs unchanged in its
+own process (``python -m trserve.bench.vllm_client``; see there why not ``vllm bench serve``). Writes
+``vllm_bench_serve.json`` (the settings, each run's summary figures and the
 servers' commands) and vLLM's own result files beside it.
 """
 
@@ -42,6 +43,7 @@ def client_args(url: str, tokenizer: str, opts: argparse.Namespace, out: Path, n
     return ["--base-url", url, "--model", SERVED_NAME, "--tokenizer", tokenizer, "--dataset-name", "random",
             "--random-input-len", str(opts.input_len), "--random-output-len", str(opts.output_len),
             "--num-prompts", str(opts.num_prompts), "--max-concurrency", str(opts.concurrency), "--ignore-eos",
+            "--temperature", "0",
             "--seed", "0", "--disable-tqdm", "--percentile-metrics", "ttft,tpot,itl,e2el",
             "--metric-percentiles", "50,99", "--save-result", "--result-dir", str(out),
             "--result-filename", f"{name}.json"]  # fmt: skip

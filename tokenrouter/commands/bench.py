@@ -51,12 +51,13 @@ def bench(
     import time
 
     from tokenrouter import options as opt
+    from trserve.bench.cells import BenchPlan
     from trserve.bench.client import Workload
     from trserve.bench.display import BenchDisplay
     from trserve.bench.drift import probe_bench
     from trserve.bench.outputs import write_outputs
     from trserve.bench.predict import check_num_models
-    from trserve.bench.runner import BenchPlan, BenchRunner
+    from trserve.bench.runner import BenchRunner
     from trserve.bench.systems import check_names
     from trserve.config import ServeConfig, load_config
     from trserve.server.defaults import default_config

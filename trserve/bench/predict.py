@@ -242,3 +242,17 @@ def sim_prediction(
     config = markov_config(P, C, latency, thresholds, concurrency=concurrency, workload="endless", seed=0)
     result = simulate(apply_baseline(config, baseline), tokens=tokens, warmup_tokens=tokens // 10)
     return float(result.throughput_tok_s)
+
+
+def pool_stats(stats: Sequence[list[StepStats]]) -> list[StepStats]:
+    """Per model, the counters of several windows added up."""
+    num = len(stats[0])
+    return [
+        StepStats(
+            *(
+                sum(getattr(s[m], f) for s in stats)
+                for f in ("request_steps", "steps", "step_seconds", "handoffs", "tokens")
+            )
+        )
+        for m in range(num)
+    ]

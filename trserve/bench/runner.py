@@ -9,72 +9,18 @@ by the number of active requests, so one server covers every N).
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from trcore.errors import NotIrreducibleError
 from trserve.bench import cpu, predict
-from trserve.bench.client import LoadResult, Workload, run_load
+from trserve.bench.cells import BenchPlan, Cell, RouterState
+from trserve.bench.client import run_load
 from trserve.bench.direct import run_direct_process
-from trserve.bench.drift import NOT_PROBED, BenchDrift
 from trserve.bench.matched import quality_for
-from trserve.bench.predict import StepStats
 from trserve.bench.servers import started
 from trserve.bench.systems import EXTERNAL, OPTIMIZED, SINGLE_MODEL
 from trserve.hardware import hardware_tag
-
-
-@dataclass(frozen=True)
-class BenchPlan:
-    """What to run: systems x routers x concurrencies, ``repetitions`` windows each."""
-
-    systems: tuple[str, ...]
-    routers: tuple[str, ...]
-    concurrencies: tuple[int, ...]
-    repetitions: int
-    workload: Workload
-    base: dict[str, Any]
-    direct: bool = True
-    sim_tokens: int = 20000
-    min_gain: float = predict.MIN_GAIN
-    #: The drift probe's outcome: factors for the profile latencies (``trserve.bench.drift``).
-    drift: BenchDrift = field(default_factory=lambda: BenchDrift("skip", 0.0, note=NOT_PROBED))
-
-
-@dataclass
-class Cell:
-    """All repetitions of one (system, router, concurrency)."""
-
-    system: str
-    router: str
-    concurrency: int
-    loads: list[LoadResult] = field(default_factory=list)
-    stats: list[list[StepStats]] = field(default_factory=list)
-    thresholds: list[int] | None = None
-    predicted_model: float | None = None
-    predicted_sim: float | None = None
-    predicted_own_steps: float | None = None
-    latency_source: str = ""
-    #: The routing program's parameters the server ran (None for single-model systems).
-    router_params: dict[str, Any] | None = None
-    #: The operating point's measured quality when the cell ran one (``trserve.bench.matched``), else None.
-    quality: dict[str, Any] | None = None
-
-
-@dataclass
-class RouterState:
-    """What the b1 runs of one router taught: P, C, latency tables and the optimizer's threshold table."""
-
-    P: list[list[float]]
-    C: list[list[float]]
-    tables: list[list[float]]
-    latency_source: str
-    optimized: dict[int, list[int]]
-    #: B* without the minimum-gain rule, and the model's gain of that vector over B = 1 per concurrency.
-    unconstrained: dict[int, list[int]] = field(default_factory=dict)
-    unconstrained_gain: dict[int, float] = field(default_factory=dict)
 
 
 class BenchRunner:
@@ -150,7 +96,7 @@ class BenchRunner:
 
     def _learn(self, router: str) -> RouterState:
         b1 = [c for c in self.cells if c.router == router and c.system == "tokenrouter-b1"]
-        pooled = _pool([s for c in b1 for s in c.stats])
+        pooled = predict.pool_stats([s for c in b1 for s in c.stats])
         P, C = predict.routing_matrices(pooled)
         tables, source = self._tables(b1, self._model_names("tokenrouter-b1"), profiles=True)
         try:
@@ -324,20 +270,3 @@ def _threshold_table(system: str, state: RouterState) -> dict[int, list[int]]:
 
 def _model_thresholds(system: str, n: int, state: RouterState) -> list[int]:
     return list(_threshold_table(system, state)[n]) if system in OPTIMIZED else [1, 1]
-
-
-def _pool(stats: Sequence[list[StepStats]]) -> list[StepStats]:
-    num = len(stats[0])
-    return [
-        StepStats(
-            *(
-                sum(getattr(s[m], f) for s in stats)
-                for f in ("request_steps", "steps", "step_seconds", "handoffs", "tokens")
-            )
-        )
-        for m in range(num)
-    ]
-
-
-def cpu_load() -> float:
-    return os.getloadavg()[0]

@@ -12,10 +12,11 @@ from typer.testing import CliRunner
 
 from tests.serve.server.test_drift import by_hand, write_profiles
 from tokenrouter.commands.bench import bench
+from trserve.bench.cells import BenchPlan, Cell
 from trserve.bench.client import Workload
 from trserve.bench.drift import BenchDrift, placements_of, probe_bench
 from trserve.bench.predict import BENCH_CONTEXT
-from trserve.bench.runner import BenchPlan, BenchRunner, Cell
+from trserve.bench.runner import BenchRunner
 from trserve.hardware import hardware_tag
 from trserve.server.defaults import DEFAULT_CONFIG
 

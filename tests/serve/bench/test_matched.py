@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from trserve.bench.cells import Cell
 from trserve.bench.client import LoadResult, committed_tokens
 from trserve.bench.matched import matched_rows, matched_table, quality_for
 from trserve.bench.report import run_item
-from trserve.bench.runner import Cell
 from trserve.bench.systems import BENCH_SYSTEMS, ROUTER_PARAMS, SYSTEMS, check_names
 from trserve.bench.vllm_server import vllm_server_args, vllm_server_environment
 from trserve.server.defaults import DEFAULT_CONFIG

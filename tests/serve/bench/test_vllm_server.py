@@ -21,7 +21,8 @@ from trserve.server.defaults import DEFAULT_CONFIG
 
 @pytest.fixture(scope="module")
 def vllm_openai(prepared_pair: tuple[Path, Path]) -> Iterator[VllmServer]:
-    large = {**DEFAULT_CONFIG["models"][-1], "path": str(prepared_pair[0]), "max_model_len": 512}
+    # The bench's settings (max_model_len included), so vLLM's compile cache serves the bench's later starts too.
+    large = {**DEFAULT_CONFIG["models"][-1], "path": str(prepared_pair[0])}
     server = VllmServer(large)
     try:
         server.start(timeout_s=900)

@@ -1,0 +1,63 @@
+"""What a bench run is made of: the plan, one cell per (system, router, concurrency) with its measured windows and
+predictions, and what each router's ``tokenrouter-b1`` runs taught (see ``trserve.bench.runner``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trserve.bench import predict
+from trserve.bench.client import LoadResult, Workload
+from trserve.bench.drift import NOT_PROBED, BenchDrift
+from trserve.bench.predict import StepStats
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """What to run: systems x routers x concurrencies, ``repetitions`` windows each."""
+
+    systems: tuple[str, ...]
+    routers: tuple[str, ...]
+    concurrencies: tuple[int, ...]
+    repetitions: int
+    workload: Workload
+    base: dict[str, Any]
+    direct: bool = True
+    sim_tokens: int = 20000
+    min_gain: float = predict.MIN_GAIN
+    #: The drift probe's outcome: factors for the profile latencies (``trserve.bench.drift``).
+    drift: BenchDrift = field(default_factory=lambda: BenchDrift("skip", 0.0, note=NOT_PROBED))
+
+
+@dataclass
+class Cell:
+    """All repetitions of one (system, router, concurrency)."""
+
+    system: str
+    router: str
+    concurrency: int
+    loads: list[LoadResult] = field(default_factory=list)
+    stats: list[list[StepStats]] = field(default_factory=list)
+    thresholds: list[int] | None = None
+    predicted_model: float | None = None
+    predicted_sim: float | None = None
+    predicted_own_steps: float | None = None
+    latency_source: str = ""
+    #: The routing program's parameters the server ran (None for single-model systems).
+    router_params: dict[str, Any] | None = None
+    #: The operating point's measured quality when the cell ran one (``trserve.bench.matched``), else None.
+    quality: dict[str, Any] | None = None
+
+
+@dataclass
+class RouterState:
+    """What the b1 runs of one router taught: P, C, latency tables and the optimizer's threshold table."""
+
+    P: list[list[float]]
+    C: list[list[float]]
+    tables: list[list[float]]
+    latency_source: str
+    optimized: dict[int, list[int]]
+    #: B* without the minimum-gain rule, and the model's gain of that vector over B = 1 per concurrency.
+    unconstrained: dict[int, list[int]] = field(default_factory=dict)
+    unconstrained_gain: dict[int, float] = field(default_factory=dict)
