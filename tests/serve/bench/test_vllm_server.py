@@ -1,6 +1,8 @@
 """The bench's ``vllm-server`` system for real: vLLM's own OpenAI server on the prepared large model starts,
-answers the bench's closed-loop client and vLLM's own benchmark client, and is stopped with every process it
-started. One server start serves the three tests (run them under ``flock /tmp/tokenrouter-measure.lock``)."""
+answers, is counted and driven by the bench's closed-loop client, runs vLLM's own benchmark client, and is
+stopped with every process it started. One server start serves the four tests (run them under
+``flock /tmp/tokenrouter-measure.lock``). The first start on a machine compiles the model (vLLM's default
+``torch.compile`` on CPU, cached in ~/.cache/vllm): minutes; later starts reuse the cache."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from trserve.bench.client import Workload, run_load
+from trserve.bench.client import Workload, committed_tokens, run_load
 from trserve.bench.vllm_server import VllmServer, group_members
 from trserve.entrypoints import worker_command
 from trserve.server.defaults import DEFAULT_CONFIG
@@ -31,15 +33,20 @@ def vllm_openai(prepared_pair: tuple[Path, Path]) -> Iterator[VllmServer]:
         server.stop()
 
 
-def test_it_answers_the_bench_client_and_counts_tokens(vllm_openai: VllmServer) -> None:
+def test_it_answers_and_the_bench_counts_its_tokens(vllm_openai: VllmServer) -> None:
     body = {"model": "tokenrouter", "prompt": "The capital of France is", "max_tokens": 5, "temperature": 0.0,
             "ignore_eos": True}  # fmt: skip
-    answer = httpx.post(f"{vllm_openai.url}/v1/completions", json=body, timeout=120).json()
+    before = httpx.get(f"{vllm_openai.url}/metrics", timeout=30).text
+    answer = httpx.post(f"{vllm_openai.url}/v1/completions", json=body, timeout=300).json()
+    after = httpx.get(f"{vllm_openai.url}/metrics", timeout=30).text
     assert answer["usage"]["completion_tokens"] == 5 and answer["choices"][0]["text"]
+    # The bench's throughput counter, read from vLLM's own /metrics, saw exactly the tokens of that request.
+    assert committed_tokens(after, before) == 5
+
+
+def test_the_bench_client_drives_it(vllm_openai: VllmServer) -> None:
     load = asyncio.run(run_load(vllm_openai.url, 2, Workload(max_tokens=8, warmup_s=0.5, window_s=2.0)))
-    assert load.num_finished >= 1 and all(t > 0 for t in load.ttft_s)
-    # vLLM's own generated-token counter: at least the 8 tokens of every request finished inside the window
-    assert load.throughput_tok_s * load.window_s >= 8 * load.num_finished
+    assert load.throughput_tok_s > 0 and all(t > 0 for t in load.ttft_s)
 
 
 def test_vllm_bench_client_runs_unchanged_against_it(vllm_openai: VllmServer, tmp_path: Path,
