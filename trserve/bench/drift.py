@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trserve.bench.predict import profile_model
+from trserve.bench.systems import EXTERNAL
 from trserve.config import ServeConfig
 from trserve.crossval.drift import measure_drift, probe_workload
 from trserve.crossval.predict import Calibration
@@ -74,6 +75,7 @@ def placements_of(base: Mapping[str, Any], systems: Sequence[str]) -> dict[str, 
     """The profiled placements ``systems`` are predicted from, with the models of each."""
     names = [m["name"] for m in base["models"]]
     out: dict[str, list[str]] = {}
+    systems = [s for s in systems if s not in EXTERNAL]  # vLLM's own server is measured, never predicted
     if any(s not in ALL_CORES_SYSTEMS for s in systems):
         out[hardware_tag()] = names
     if "lockstep" in systems:
