@@ -129,7 +129,7 @@ def markdown_table(results: dict[str, Any]) -> str:
         "|---|---:|---|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in results["rows"]:
-        steps = ", ".join(f"{k} {v}" for k, v in r["steps_per_replica"].items())
+        steps = ", ".join(f"{k} {v}" for k, v in sorted(r["steps_per_replica"].items(), key=_model_first))
         acc = r["emulated_step_ms"]
         small = [a for k, a in acc.items() if k.startswith("small")]
         large = [a for k, a in acc.items() if k.startswith("large")]
@@ -142,6 +142,10 @@ def markdown_table(results: dict[str, Any]) -> str:
             f"{r['server_cpu_us_per_token']:.0f} | {r['client_cpu_us_per_token']:.0f} | {cores:.2f} | {steps} | {ms} |"
         )
     return "\n".join(lines)
+
+
+def _model_first(item: tuple[str, int]) -> tuple[bool, str]:
+    return (not item[0].startswith("small"), item[0])
 
 
 def _step_ms(group: list[dict[str, float]]) -> str:
