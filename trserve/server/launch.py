@@ -94,10 +94,8 @@ class Launcher:
 
     def log_location(self, index: int) -> str:
         """Where worker ``index``'s log is (a path here, or a node and path on a cluster)."""
-        process = self.workers[index].process
-        return (
-            process.log_location if process is not None else str(self.log_dir / f"{self.workers[index].spec.name}.log")
-        )
+        worker = self.workers[index]
+        return worker.process.log_location if worker.process else str(self.log_dir / f"{worker.spec.name}.log")
 
     def _spawn(self, worker: Worker) -> None:
         spec = worker.spec
