@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
 
 #: Non-negative int64: vLLM reads ``seed=-1`` as "no seed", so negative seeds are refused rather than half-honoured.
 SEED_RANGE = (0, (1 << 63) - 1)
@@ -81,6 +81,8 @@ class SamplingFields(BaseModel):
     # This server's extensions
     routing_extra: dict[str, Any] | None = None
     return_token_ids: bool = False
+    #: The model that committed each output token, in the answer (strict: ``"yes"`` or ``1`` is refused).
+    return_provenance: StrictBool = False
     # Accepted, no effect on the output (they identify the caller)
     user: str | None = None
     metadata: dict[str, Any] | None = None

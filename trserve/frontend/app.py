@@ -20,6 +20,7 @@ from trserve.frontend.api_models import ChatCompletionRequest, CompletionRequest
 from trserve.frontend.book import FrontEnd, Overloaded, Unavailable
 from trserve.frontend.guards import guard
 from trserve.frontend.metrics import Metrics
+from trserve.frontend.responses import Provenance, ResponseFormat
 from trserve.frontend.streaming import ClientGone, GenerationFailed, collect, events_with_text, first_event
 from trserve.frontend.text import TextStream
 
@@ -62,9 +63,11 @@ class ServerContext:
     model_paths: tuple[str, ...] = ()
     started: float = field(default_factory=time.time)
     limits: Limits = field(init=False)
+    provenance: Provenance = field(init=False)
 
     def __post_init__(self) -> None:
         self.limits = Limits.of_run(self.config, self.model_paths, self.tokenizer)
+        self.provenance = Provenance(tuple(m.name for m in self.config.models))
 
     @property
     def model_name(self) -> str:
@@ -185,11 +188,11 @@ async def _generate(
     ctx: ServerContext, request: Request, body: SamplingFields, ids: list[int], max_tokens: int | None, *, chat: bool
 ) -> Response:
     gen, text = _admit(ctx, body, ids, max_tokens, chat)
-    fmt = _Format(ctx.model_name, gen.request_id, chat, len(ids))
+    fmt = ResponseFormat(ctx.model_name, gen.request_id, chat, len(ids), ctx.provenance, body.return_provenance)
     try:
         if not body.stream:
             pieces, reason = await collect(ctx.frontend, gen, text, request)
-            answer = fmt.whole("".join(pieces), reason, len(text.token_ids))
+            answer = fmt.whole("".join(pieces), reason, gen.models[: len(text.token_ids)])
             if body.return_token_ids:
                 answer["prompt_token_ids"] = ids
                 answer["choices"][0]["token_ids"] = list(text.token_ids)
@@ -202,16 +205,21 @@ async def _generate(
 
 
 async def _sse(
-    ctx: ServerContext, fmt: _Format, gen: Any, text: TextStream, first: tuple[str, Any], include_usage: bool
+    ctx: ServerContext, fmt: ResponseFormat, gen: Any, text: TextStream, first: tuple[str, Any], include_usage: bool
 ) -> AsyncIterator[str]:
+    """The stream's chunks; each carries the models of the output tokens consumed since the previous one (text
+    held back for a possible stop string comes in a later chunk, its tokens' models with it)."""
     try:
         if fmt.chat:
             yield _data(fmt.chunk(None, None, role=True))
+        sent = 0
         async for delta, reason in events_with_text(ctx.frontend, gen, text, first):
             if delta or reason:
-                yield _data(fmt.chunk(delta, reason))
+                upto = len(text.token_ids)
+                yield _data(fmt.chunk(delta, reason, gen.models[sent:upto]))
+                sent = upto
         if include_usage:
-            yield _data(fmt.usage_chunk(len(text.token_ids)))
+            yield _data(fmt.usage_chunk(gen.models[: len(text.token_ids)]))
     except GenerationFailed as exc:
         yield _data({"error": {"message": str(exc), "type": exc.kind, "param": None, "code": exc.status}})
     finally:
@@ -221,42 +229,3 @@ async def _sse(
 
 def _data(obj: dict[str, Any]) -> str:
     return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
-
-
-@dataclass(frozen=True)
-class _Format:
-    """OpenAI response shapes for one request."""
-
-    model: str
-    request_id: str
-    chat: bool
-    num_prompt_tokens: int
-    created: int = field(default_factory=lambda: int(time.time()))
-
-    def _usage(self, num_completion: int) -> dict[str, int]:
-        total = self.num_prompt_tokens + num_completion
-        return {"prompt_tokens": self.num_prompt_tokens, "completion_tokens": num_completion, "total_tokens": total}
-
-    def _head(self, obj: str) -> dict[str, Any]:
-        return {"id": self.request_id, "object": obj, "created": self.created, "model": self.model}
-
-    def whole(self, text: str, reason: str, num_completion: int) -> dict[str, Any]:
-        if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason}
-            head = self._head("chat.completion")
-        else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
-            head = self._head("text_completion")
-        return {**head, "choices": [choice], "usage": self._usage(num_completion)}
-
-    def chunk(self, delta: str | None, reason: str | None, role: bool = False) -> dict[str, Any]:
-        if self.chat:
-            d: dict[str, Any] = {"role": "assistant", "content": ""} if role else {"content": delta or ""}
-            choice = {"index": 0, "delta": d, "finish_reason": reason}
-            return {**self._head("chat.completion.chunk"), "choices": [choice]}
-        choice = {"index": 0, "text": delta or "", "logprobs": None, "finish_reason": reason}
-        return {**self._head("text_completion"), "choices": [choice]}
-
-    def usage_chunk(self, num_completion: int) -> dict[str, Any]:
-        obj = "chat.completion.chunk" if self.chat else "text_completion"
-        return {**self._head(obj), "choices": [], "usage": self._usage(num_completion)}
