@@ -20,6 +20,7 @@ from trserve.frontend.generation import Failure, Generation
 from trserve.frontend.metrics import Metrics
 from trserve.frontend.pinning import Pinning
 from trserve.runtime.messages import Abort, Failed, Finished, Probe, Ready, State, StepReport
+from trserve.runtime.reports import touched_requests
 from trserve.runtime.transport import ActiveCounter, AsyncMailbox, CurveKeys
 
 log = logging.getLogger(__name__)
@@ -248,6 +249,8 @@ class FrontEnd:
             gen = self.generations.get(rid)
             if gen is not None:
                 self._deliver(gen, gen.accept(offset, tokens, report.model), now)
+                if gen.done_reason:
+                    self._end(gen, ("done", gen.done_reason), "finished")
         for rid, model, num_output, extra in report.routes:
             gen = self.generations.get(rid)
             if gen is not None:
@@ -268,11 +271,16 @@ class FrontEnd:
         gen.events.put_nowait(("tokens", tokens))
 
     def _on_finished(self, done: Finished, now: float, model: int = -1) -> None:
+        """The request's last step, on ``model``, committed its last token; it ends once the tokens before are here
+        (a peer that handed it over may not have reported yet), so each is credited to the model that wrote it."""
         gen = self.generations.get(done.request_id)
         if gen is None:
             return  # aborted meanwhile
-        self._deliver(gen, gen.accept(0, done.token_ids, model), now)
-        self._end(gen, ("done", done.reason), "finished")
+        last = len(done.token_ids) - 1
+        self._deliver(gen, gen.accept(last, done.token_ids[last:], model), now)
+        gen.finishing = (gen.base + len(done.token_ids), done.reason)
+        if gen.done_reason:
+            self._end(gen, ("done", gen.done_reason), "finished")
 
     def _on_failed(self, failed: Failed) -> None:
         gen = self.generations.get(failed.request_id)
@@ -309,12 +317,3 @@ class FrontEnd:
         states.append(state)
         if len(states) >= expected and not fut.done():
             fut.set_result(sorted(states, key=lambda s: (s.model, s.replica)))
-
-
-def touched_requests(msg: Any) -> list[str]:
-    """The request ids a subserver message is about (a report's tokens, routes, finishes and failures)."""
-    if not isinstance(msg, StepReport):
-        return []
-    ids = [t[0] for t in msg.tokens] + [r[0] for r in msg.routes]
-    ids += [f.request_id for f in msg.finished] + [f.request_id for f in msg.failed]
-    return list(dict.fromkeys(ids))

@@ -51,6 +51,8 @@ class Generation:
     incarnation: int = 0
     #: With replicas: its replica of each model (see :mod:`trserve.frontend.pinning`); None before dispatch.
     pins: tuple[int, ...] | None = None
+    #: ``(output length, finish reason)`` once its last step reported, until every token before is here.
+    finishing: tuple[int, str] | None = None
     _early: dict[int, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
 
     @property
@@ -89,6 +91,13 @@ class Generation:
         if len(self.routes) > 4:
             self.routes = {n: r for n, r in self.routes.items() if n >= len(self.output)}
 
+    @property
+    def done_reason(self) -> str | None:
+        """The finish reason once its last step reported and every output token before it is here."""
+        if self.finishing is not None and len(self.output) >= self.finishing[0]:
+            return self.finishing[1]
+        return None
+
     def finish_reason(self) -> str | None:
         """Why the committed output is complete ("length" or "stop"), or None while it may go on."""
         spec, n = self.spec, len(self.output)
@@ -103,7 +112,7 @@ class Generation:
         the budget reduced by it, on the model (and with the routing state) of the resume point at that output
         (the entry model with the request's own routing extra before its first step)."""
         n = len(self.output)
-        self.base, self._early, self.incarnation = n, {}, self.incarnation + 1
+        self.base, self._early, self.incarnation, self.finishing = n, {}, self.incarnation + 1, None
         spec = replace(
             self.spec,
             num_prompt_tokens=len(self.prompt_token_ids) + n,

@@ -1,30 +1,33 @@
-"""Routed answers to the evaluation set: the real server's processes (front end, subserver loops, vLLM engines)
-started once, in this process as cross-validation does (:func:`trserve.crossval.harness.crossval_server`), and
-the routing program swapped between sweep points without a restart. Greedy, chat template, each output token
-tagged with the model that committed it (:attr:`trserve.frontend.generation.Generation.models`)."""
+"""Routed answers to the evaluation set, read from the server's own OpenAI API: the real server's processes (front
+end, subserver loops, vLLM engines) started once, in this process as cross-validation does
+(:func:`trserve.crossval.harness.crossval_server`), its HTTP app (:func:`trserve.frontend.app.create_app`) called
+in-process through httpx's ASGI transport, and the routing program swapped between sweep points without a restart.
+Greedy, chat template; each answer brings its output tokens and the model that committed each
+(``return_token_ids``, ``return_provenance``), as any client of the server reads them."""
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from trcore import RequestSpec
+import httpx
+
 from trserve.config import ServeConfig
 from trserve.crossval.harness import CrossvalFrontEnd, crossval_server
 from trserve.crossval.messages import ProgramChoice
 from trserve.engine.tokenizer import Tokenizer
+from trserve.frontend.app import ServerContext, create_app
 from trserve.runtime.runspec import resolve_model_path
 from trserve.server.launch import LaunchError
 
 log = logging.getLogger(__name__)
 
-GREEDY: dict[str, Any] = {"temperature": 0.0, "top_p": 1.0, "seed": None}
+#: What every question's request asks for besides its messages and length: greedy, tokens and their models.
+REQUEST: dict[str, Any] = {"temperature": 0.0, "top_p": 1.0, "return_token_ids": True, "return_provenance": True}
 
 
 @dataclass(frozen=True)
@@ -46,9 +49,13 @@ class AnswerServer:
         self.cfg = cfg
         self.frontend = frontend
         self.tokenizer = Tokenizer(resolve_model_path(cfg.models[cfg.entry_model].path))
-        self._ids = itertools.count()
+        paths = tuple(resolve_model_path(m.path) for m in cfg.models if m.path is not None)
+        app = create_app(ServerContext(cfg, frontend, self.tokenizer, frontend.metrics, None, paths))
+        self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://quality", timeout=None)
+        self._model_index = {m.name: k for k, m in enumerate(cfg.models)}
 
     def encode(self, prompt: str) -> list[int]:
+        """The prompt's token ids as the server's chat endpoint makes them."""
         return self.tokenizer.encode_chat([{"role": "user", "content": prompt}])
 
     async def answer(
@@ -70,24 +77,19 @@ class AnswerServer:
 
         async def one(prompt: str) -> Answer:
             async with limit:
-                return await self._one(self.encode(prompt), max_tokens)
+                return await self._one(prompt, max_tokens)
 
         return list(await asyncio.wait_for(asyncio.gather(*(one(p) for p in prompts)), timeout_s))
 
-    async def _one(self, ids: list[int], max_tokens: int) -> Answer:
-        rid = f"quality-{next(self._ids)}"
-        spec = RequestSpec(
-            rid, len(ids), max_tokens, frozenset(self.tokenizer.eos_token_ids), time.monotonic(), dict(GREEDY)
-        )
-        gen = self.frontend.submit(spec, ids, {})
-        while True:
-            kind, value = await gen.events.get()
-            if kind == "done":
-                break
-            if kind == "error":
-                raise RuntimeError(f"request {rid} failed: {value}")
-        tokens, models = tuple(gen.output), tuple(gen.models)
-        return Answer(tokens, models, self.tokenizer.decode(tokens))
+    async def _one(self, prompt: str, max_tokens: int) -> Answer:
+        body = {"model": self.cfg.server.served_model_name, "messages": [{"role": "user", "content": prompt}],
+                "max_tokens": max_tokens, **REQUEST}  # fmt: skip
+        response = await self.client.post("/v1/chat/completions", json=body)
+        if response.status_code != 200:
+            raise RuntimeError(f"quality: the server answered {response.status_code} to {prompt!r}: {response.text}")
+        choice = response.json()["choices"][0]
+        models = tuple(self._model_index[name] for name in choice["provenance"])
+        return Answer(tuple(choice["token_ids"]), models, choice["message"]["content"])
 
 
 @asynccontextmanager
@@ -111,5 +113,7 @@ async def answer_server(
             log.warning("quality: server start %d of %d failed, retrying: %s", attempt, attempts, exc)
             continue
         async with stack:
-            yield AnswerServer(cfg, frontend)
+            answers = AnswerServer(cfg, frontend)
+            stack.push_async_callback(answers.client.aclose)
+            yield answers
         return

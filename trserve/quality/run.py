@@ -65,7 +65,7 @@ def measure_quality(
         "sampling": "greedy (temperature 0), chat template",
         "wall_s": round(time.perf_counter() - started, 1),
         "metrics": {
-            "large_share": "output tokens committed by the large model / all output tokens (per-token provenance)",
+            "large_share": "output tokens committed by the large model / all output tokens (the answers' provenance)",
             "accuracy": "normalized answer contains a reference (whole words)",
             "relative_accuracy": "accuracy / large-only accuracy",
             "exact_match": "normalized answer equals the large-only answer",

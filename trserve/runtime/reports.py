@@ -4,9 +4,10 @@ live request goes on (the front end's resume points after a crash); per probe, i
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 from trcore import CLIENT, Batch, PeerReq
-from trserve.runtime.messages import Finished, Route
+from trserve.runtime.messages import Finished, Route, StepReport
 
 
 def resume_points(batch: Batch, handoffs: list[tuple[int, PeerReq]], done: set[str]) -> list[Route]:
@@ -56,3 +57,12 @@ def rss_bytes() -> int:
         with contextlib.suppress(psutil.Error):
             total += child.memory_info().rss
     return int(total)
+
+
+def touched_requests(msg: Any) -> list[str]:
+    """The request ids a subserver message is about (a report's tokens, routes, finishes and failures)."""
+    if not isinstance(msg, StepReport):
+        return []
+    ids = [t[0] for t in msg.tokens] + [r[0] for r in msg.routes]
+    ids += [f.request_id for f in msg.finished] + [f.request_id for f in msg.failed]
+    return list(dict.fromkeys(ids))

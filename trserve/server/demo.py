@@ -6,8 +6,10 @@ import asyncio
 import re
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -30,22 +32,22 @@ PROMPTS = (
 )
 
 
-async def _one(client: httpx.AsyncClient, cfg: ServeConfig, prompt: str, max_tokens: int) -> dict[str, object]:
+async def _one(client: httpx.AsyncClient, cfg: ServeConfig, prompt: str, max_tokens: int) -> dict[str, Any]:
     body = {"model": cfg.server.served_model_name, "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": max_tokens, "temperature": 0.0}  # fmt: skip
+            "max_tokens": max_tokens, "temperature": 0.0, "return_provenance": True}  # fmt: skip
     response = await client.post("/v1/chat/completions", json=body)
     response.raise_for_status()
-    data: dict[str, object] = response.json()
+    data: dict[str, Any] = response.json()
     return data
 
 
 async def run_workload(
     url: str, cfg: ServeConfig, num_requests: int, concurrency: int, max_tokens: int
-) -> tuple[list[dict[str, object]], float]:
+) -> tuple[list[dict[str, Any]], float]:
     """Send ``num_requests`` chat requests, ``concurrency`` at a time; returns the answers and the wall time."""
     limit = asyncio.Semaphore(concurrency)
 
-    async def bounded(client: httpx.AsyncClient, i: int) -> dict[str, object]:
+    async def bounded(client: httpx.AsyncClient, i: int) -> dict[str, Any]:
         async with limit:
             return await _one(client, cfg, PROMPTS[i % len(PROMPTS)], max_tokens)
 
@@ -99,19 +101,35 @@ def _run(
         metrics = httpx.get(f"{server.url}/metrics", timeout=10).text
     finally:
         server.stop()
-    tokens = sum(int(a["usage"]["completion_tokens"]) for a in answers)  # type: ignore[index]
+    tokens = sum(int(a["usage"]["completion_tokens"]) for a in answers)
     report(
         f"demo: {len(answers)} requests, {tokens} output tokens in {wall:.2f} s = {tokens / wall:.1f} tok/s "
         f"(concurrency {concurrency})"
     )
     report(operating_point_line(cfg))
-    by_model = _metric_sums(metrics, "tokenrouter_tokens_total")
-    handoffs = _metric_sums(metrics, "tokenrouter_handoffs_total")
-    for model, count in by_model.items():
-        report(f"demo:   {model}: {count:.0f} tokens committed, {handoffs.get(model, 0):.0f} hand-offs")
-    sample = answers[0]["choices"][0]["message"]["content"]  # type: ignore[index]
-    report(f"demo: sample answer to {PROMPTS[0]!r}: {sample!r}")
+    for line in provenance_lines(cfg, answers, _metric_sums(metrics, "tokenrouter_handoffs_total")):
+        report(line)
     return 0
+
+
+def provenance_lines(cfg: ServeConfig, answers: list[dict[str, Any]], handoffs: dict[str, float]) -> list[str]:
+    """Who wrote the answers, as the answers say (``usage.tokens_per_model``, the sample's ``provenance``), with
+    each model's hand-offs from ``/metrics``."""
+    per_model: Counter[str] = Counter()
+    for answer in answers:
+        per_model.update(answer["usage"]["tokens_per_model"])
+    large, total = cfg.models[-1].name, sum(per_model.values())
+    lines = [f"demo:   {model}: {count} tokens committed, {handoffs.get(model, 0):.0f} hand-offs"
+             for model, count in per_model.items()]  # fmt: skip
+    if total:
+        lines.append(f"demo: the large model ({large}) wrote {per_model[large] / total:.1%} of the output tokens")
+    choice = answers[0]["choices"][0]
+    provenance = choice["provenance"]
+    lines.append(
+        f"demo: sample answer to {PROMPTS[0]!r}: {choice['message']['content']!r} "
+        f"({provenance.count(large)} of its {len(provenance)} tokens by {large})"
+    )
+    return lines
 
 
 def operating_point_line(cfg: ServeConfig) -> str:

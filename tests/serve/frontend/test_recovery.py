@@ -133,10 +133,29 @@ def test_restart_suspends_then_resumes_where_the_request_was(tmp_path):
         assert [m.request_id for m in b.received(0)] == ["w"]
 
         b.fe.handle(report(1, tokens=[("a", 0, (10,))]))
+        b.fe.handle(report(1, tokens=[("a", 1, (11, 12))]))
         b.fe.handle(report(1, finished=[Finished("a", (10, 11, 12, 13), "length")]))
         assert gen.output == [7, 8, 10, 11, 12, 13]
-        assert drain(gen) == [("tokens", [10]), ("tokens", [11, 12, 13]), ("done", "length")]
+        assert drain(gen) == [("tokens", [10]), ("tokens", [11, 12]), ("tokens", [13]), ("done", "length")]
         assert "tokenrouter_requests_resumed_total 1.0" in b.metrics.render().decode()
+        b.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_finish_that_overtakes_a_peers_report_waits_for_it(tmp_path):
+    """Model 0 commits token 8 and hands the request to model 1, which commits the last token (9) and reports
+    before model 0 does: the request ends when token 8 is here, each token credited to the model that wrote it."""
+
+    async def scenario() -> None:
+        b = Bench(tmp_path)
+        gen = b.submit("a", [1, 2], max_tokens=3)
+        b.fe.handle(report(0, tokens=[("a", 0, (7,))]))
+        b.fe.handle(report(1, finished=[Finished("a", (7, 8, 9), "length")]))
+        assert drain(gen) == [("tokens", [7])] and "a" in b.fe.generations
+        b.fe.handle(report(0, tokens=[("a", 1, (8,))]))
+        assert drain(gen) == [("tokens", [8, 9]), ("done", "length")] and "a" not in b.fe.generations
+        assert gen.models == [0, 0, 1]
         b.close()
 
     asyncio.run(scenario())
