@@ -140,7 +140,9 @@ def _check_drift(doc: dict, markdown: str) -> None:
             assert tag.endswith("-allcores") and entry["action"] == "not probed: no profile of this placement"
             continue
         assert entry["action"] == "scaled" and entry["factors"] == entry["ratios"], entry
-        assert all(n > 0 for n in entry["num_steps"]) and all(0.2 < r < 5 for r in entry["ratios"]), entry
+        # No bound above: under load the engines step far slower than profiled (6.3x and 17.5x seen at load ~10
+        # on the 2 cores), which is what the probe is for.
+        assert all(n > 0 for n in entry["num_steps"]) and all(r > 0 for r in entry["ratios"]), entry
         assert all(1 <= int(b) <= 4 for per_batch in entry["per_batch"] for b in per_batch)  # probe N <= 4
     b1 = next(r for r in doc["runs"] if r["system"] == "tokenrouter-b1")
     pair = placements[hardware_tag()]["factors"]
