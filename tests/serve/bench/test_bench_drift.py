@@ -111,3 +111,17 @@ def test_bad_drift_flags_are_one_line_exit_2(args: list[str], message: str) -> N
     app.command()(bench)
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.filterwarnings("ignore:No artists with labels")  # the figure of a bench with no runs
+def test_the_outputs_record_the_probe_in_the_json_and_the_markdown_header(tmp_path: Path) -> None:
+    import json
+
+    from trserve.bench.outputs import write_outputs
+
+    runner = runner_with(BenchDrift("scale", 0.05, {TAG: probed("scaled", [1.25, 0.8])}))
+    write_outputs(tmp_path, runner.plan, runner, "tokenrouter bench", {}, 0.0)
+    drift = json.loads((tmp_path / "bench.json").read_text())["drift"]
+    assert drift == {"mode": "scale", "tolerance": 0.05, "placements": {TAG: probed("scaled", [1.25, 0.8])}}
+    lines = (tmp_path / "bench.md").read_text().splitlines()
+    assert lines[2] == f"Drift probe (--drift scale, tolerance 5%): {TAG}: small 1.25x, large 0.80x -> scaled."
