@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trcore import PROGRAMS, BatchingPolicy, RoutingProgram
+from trserve.runtime.wire import allow_messages_of
+
+allow_messages_of(__name__)
 
 
 @dataclass(frozen=True)

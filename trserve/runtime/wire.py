@@ -19,10 +19,16 @@ from typing import Any
 
 import msgspec
 
-#: The modules whose dataclasses are messages (the only classes :func:`decode` will build).
-WIRE_MODULES = frozenset({"trcore.request", "trserve.runtime.messages", "trserve.crossval.messages"})
+#: The modules whose dataclasses are messages (the only classes :func:`decode` will build); a room with messages
+#: of its own adds its module with :func:`allow_messages_of` when that module is imported.
+WIRE_MODULES = {"trcore.request", "trserve.runtime.messages"}
 #: Longest class name a message may carry (``module:QualName``).
 MAX_NAME_BYTES = 200
+
+
+def allow_messages_of(module: str) -> None:
+    """Let the dataclasses of ``module`` travel (call it from the module that defines them)."""
+    WIRE_MODULES.add(module)
 
 
 class WireError(ValueError):

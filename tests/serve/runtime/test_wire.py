@@ -111,6 +111,7 @@ BODY = encode(messages.Abort("x")).split(b"\n", 1)[1]
     [
         (b"os:system\n" + BODY, "refusing"),
         (b"builtins:dict\n" + BODY, "refusing"),
+        (b"trserve.crossval.harness:StepRecord\n" + BODY, "refusing"),  # a dataclass, but not a message
         (b"trserve.runtime.messages:INCARNATION\n" + BODY, "no such message class"),
         (b"trserve.runtime.messages:Nope\n" + BODY, "no such message class"),
         (b"trserve.runtime.messages:Abort\n\xc1\xff", "malformed"),
