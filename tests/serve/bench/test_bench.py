@@ -91,7 +91,8 @@ def test_unknown_system_is_one_line_error() -> None:
 
 def test_small_bench_runs_every_system_on_real_engines(tmp_path: Path, prepared_pair: tuple[Path, Path]) -> None:
     """The CI bench: the seven TokenRouter-served systems, rstitch, N = 2, one short window each, real vLLM servers
-    on the local pair, and the plain-vLLM overhead reference (about 3 minutes)."""
+    on the local pair, and the plain-vLLM overhead reference (about 3 minutes), after the drift probe of the pair
+    and of each model alone on every core (three more engine start-ups and about 30 s of probing)."""
     out = tmp_path / "out"
     # Every TokenRouter-served system; vLLM's own server is tested apart (tests/serve/bench/test_vllm_server.py).
     cmd = [sys.executable, "-m", "tokenrouter.cli", "bench", "--routers", "rstitch", "-n", "2", "--repetitions", "1",

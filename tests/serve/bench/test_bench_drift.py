@@ -72,6 +72,7 @@ def test_llm_only_is_predicted_from_the_scaled_all_cores_profile(profiles: Path)
 def test_the_placements_follow_the_systems_and_emulated_needs_no_probe(profiles: Path) -> None:
     assert placements_of(DEFAULT_CONFIG, ["tokenrouter", "llm-only"]) == {TAG: ["small", "large"], ALL: ["large"]}
     assert placements_of(DEFAULT_CONFIG, ["lockstep"]) == {ALL: ["small", "large"]}
+    assert placements_of(DEFAULT_CONFIG, ["vllm-server"]) == {}  # not predicted, so not probed
     skipped = probe_bench(DEFAULT_CONFIG, ["per-token", "llm-only"], "skip", 0.05)  # no engine starts
     assert {t: e["action"] for t, e in skipped.placements.items()} == {TAG: "not probed (--drift skip)",
                                                                         ALL: "not probed (--drift skip)"}  # fmt: skip
