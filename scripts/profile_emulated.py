@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from trserve import eventloop
 from trserve.bench import cpu
 from trserve.bench.client import Workload, committed_tokens, run_load
 from trserve.server.process import ServerProcess
@@ -118,7 +119,7 @@ def main() -> None:
             spies = record(pids, args.seconds, tmp)
             return await task, spies
 
-        load, spies = asyncio.run(load_and_record())
+        load, spies = eventloop.run(load_and_record())
         for spy in spies.values():
             spy.wait(timeout=60)
     finally:

@@ -23,6 +23,7 @@ LAYERS = {
     "trserve.config": 2,
     "trserve.entrypoints": 2,
     "trserve.hardware": 2,
+    "trserve.eventloop": 2,
     "trserve.engine": 3,
     "trserve.runtime": 4,
     "trserve.frontend": 5,

@@ -45,9 +45,9 @@ def serve(
     ),
 ) -> None:
     """Serve the routed model ensemble over an OpenAI-compatible HTTP API until interrupted."""
-    import asyncio
     import logging
 
+    from trserve import eventloop
     from trserve.config import dump_config
     from trserve.server.serve import serve as run_server
 
@@ -57,7 +57,7 @@ def serve(
         return
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     say = lambda line: typer.echo(f"tokenrouter: {line}", err=True)  # noqa: E731
-    status = asyncio.run(run_server(cfg, report=say, probe=_drift_probe))
+    status = eventloop.run(run_server(cfg, report=say, probe=_drift_probe))
     if status:
         raise typer.Exit(status)
 

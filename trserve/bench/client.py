@@ -10,7 +10,6 @@ finished inside the window.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import time
 from collections.abc import Callable
@@ -18,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+
+from trserve.bench.stream import Connection
 
 #: Short chat-like prompts (plain completions: no chat template, so prompt lengths stay small and equal).
 PROMPTS = (
@@ -68,32 +69,26 @@ class LoadResult:
     probe_after: dict[str, Any] = field(default_factory=dict)
 
 
-async def _one(client: httpx.AsyncClient, prompt: str, work: Workload, rec: RequestRecord) -> None:
-    body = {"model": "tokenrouter", "prompt": prompt, "max_tokens": work.max_tokens, "temperature": 0.0,
+def _body(prompt: str, work: Workload) -> dict[str, Any]:
+    return {"model": "tokenrouter", "prompt": prompt, "max_tokens": work.max_tokens, "temperature": 0.0,
             "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
-    async with client.stream("POST", "/v1/completions", json=body) as response:
-        if response.status_code != 200:
-            raise RuntimeError(f"server answered {response.status_code}: {(await response.aread())[:300]!r}")
-        async for line in response.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("usage"):
-                rec.num_tokens = int(chunk["usage"]["completion_tokens"])
-            elif rec.first is None and chunk.get("choices"):
-                rec.first = time.perf_counter()
-    rec.done = time.perf_counter()
-    if rec.first is None:
-        rec.first = rec.done
 
 
-async def _client_loop(client: httpx.AsyncClient, k: int, work: Workload, stop_at: float, out: list[RequestRecord]):
+async def _client_loop(url: str, k: int, work: Workload, stop_at: float, out: list[RequestRecord]) -> None:
+    """One closed-loop client on its own keep-alive connection (the lean client of :mod:`trserve.bench.stream`)."""
+    conn = Connection(url)
+    requests = [conn.request("/v1/completions", _body(p, work)) for p in PROMPTS]
     i = k
-    while time.perf_counter() < stop_at:
-        rec = RequestRecord(sent=time.perf_counter())
-        await _one(client, PROMPTS[i % len(PROMPTS)], work, rec)
-        out.append(rec)
-        i += 1
+    try:
+        while time.perf_counter() < stop_at:
+            rec = RequestRecord(sent=time.perf_counter())
+            await conn.stream(requests[i % len(requests)], rec)
+            rec.done = time.perf_counter()
+            rec.first = rec.first or rec.done
+            out.append(rec)
+            i += 1
+    finally:
+        conn.close()  # a request cut at the window's end: the server sees the disconnect and aborts it
 
 
 async def run_load(
@@ -105,9 +100,8 @@ async def run_load(
     records: list[RequestRecord] = []
     start = time.perf_counter()
     win_end = start + work.warmup_s + work.window_s
-    limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
-    async with httpx.AsyncClient(base_url=url, timeout=600.0, limits=limits) as client:
-        tasks = [asyncio.create_task(_client_loop(client, k, work, win_end, records)) for k in range(concurrency)]
+    async with httpx.AsyncClient(base_url=url, timeout=600.0) as client:  # /metrics only
+        tasks = [asyncio.create_task(_client_loop(url, k, work, win_end, records)) for k in range(concurrency)]
         await asyncio.sleep(work.warmup_s)
         before, probe_before, win_start = await _metrics(client), read(), time.perf_counter()
         await asyncio.sleep(max(0.0, win_end - time.perf_counter()))

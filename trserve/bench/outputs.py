@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from trserve import eventloop
 from trserve.bench.matched import matched_rows, matched_table
 from trserve.bench.report import lookup, markdown_table, plot, run_item, speedup_table
 
@@ -100,6 +101,9 @@ def write_outputs(
             "max_tokens": plan.workload.max_tokens,
             "warmup_s": plan.workload.warmup_s,
             "window_s": plan.workload.window_s,
+            "event_loop": eventloop.loop_name(),  # the server's and the load generator's
+            "load_generator": "trserve.bench.stream: one keep-alive HTTP/1.1 connection per client, in the bench "
+            "process; only each answer's usage chunk is parsed",
         },
         "drift": plan.drift.to_dict(),
         "routing": {r: routing_item(s, plan.min_gain) for r, s in runner.routers.items()},

@@ -8,11 +8,11 @@ by the number of active requests, so one server covers every N).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 from trcore.errors import NotIrreducibleError
+from trserve import eventloop
 from trserve.bench import cpu, predict
 from trserve.bench.cells import BenchPlan, Cell, RouterState
 from trserve.bench.client import run_load
@@ -82,7 +82,7 @@ class BenchRunner:
                 cell.quality = quality_for(self.plan.base, system, router, cell.router_params)
                 for rep in range(self.plan.repetitions):
                     self.display.running(cell, rep)
-                    load = asyncio.run(run_load(server.url, n, self.plan.workload, probe))
+                    load = eventloop.run(run_load(server.url, n, self.plan.workload, probe))
                     cell.loads.append(load)
                     cell.stats.append(
                         predict.step_stats(load.metrics_after, load.metrics_before, self._model_names(system))
