@@ -8,7 +8,6 @@ and the summary says so (``out_of_sample: false``)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import statistics
@@ -20,6 +19,7 @@ from typing import Any
 
 from trcore import BatchingPolicy
 from trcore.traces import RequestTrace, trace_to_dict
+from trserve import eventloop
 from trserve.config import ServeConfig
 from trserve.crossval.diagnose import add_rescaled_predictions, rescaled
 from trserve.crossval.drift import probe_drift
@@ -113,7 +113,7 @@ def run_crossval(
     async def probe(frontend: Any) -> DriftReport:
         return await probe_drift(frontend, workload, calibration, names, max_batch_of(cfg), drift_mode, drift_tolerance)
 
-    runs, drift = asyncio.run(measure(cfg, plan, workload, None if drift_mode == "skip" else probe, progress))
+    runs, drift = eventloop.run(measure(cfg, plan, workload, None if drift_mode == "skip" else probe, progress))
     measured_s = time.time() - started
     factors = drift.factors if drift is not None else [1.0] * cfg.num_models
     inputs = input_runs(plan, runs)
