@@ -21,6 +21,7 @@ from trserve.runtime.messages import (
     Abort,
     Failed,
     Finished,
+    Handoffs,
     Probe,
     Rewire,
     Shutdown,
@@ -128,6 +129,9 @@ class SubserverLoop:
     def _handle(self, msg: Any) -> None:
         if isinstance(msg, PeerReq):
             self._receive(msg)
+        elif isinstance(msg, Handoffs):
+            for req in msg.requests:
+                self._receive(req)
         elif isinstance(msg, Abort):
             self._forget(msg.request_id, msg.incarnation)
         elif isinstance(msg, Probe):
@@ -225,13 +229,17 @@ class SubserverLoop:
     ) -> Any:
         finished: list[Finished] = []
         num_handoffs = 0
+        outgoing: dict[int, list[PeerReq]] = {}  # one message per destination process
         for dest, msg in handoffs:
             if dest == CLIENT:
                 finished.append(finished_message(msg, batch))
                 self.engine.release(msg.request_id)
             else:
                 num_handoffs += 0 if msg.is_finished else 1
-                self.mailbox.send(dest if self.table is None else self._process_of(dest, msg, batch), msg)
+                proc = dest if self.table is None else self._process_of(dest, msg, batch)
+                outgoing.setdefault(proc, []).append(msg)
+        for proc, msgs in outgoing.items():
+            self.mailbox.send(proc, msgs[0] if len(msgs) == 1 else Handoffs(tuple(msgs)))
         self.stats.num_handoffs += num_handoffs
         done = {f.request_id for f in finished} | set(failed)
         tokens = committed_tokens(batch, before, done)

@@ -9,7 +9,7 @@ from trserve.engine.hash import HashEngine, hash_next
 from trserve.frontend.generation import Generation
 from trserve.runtime.endpoints import Endpoints
 from trserve.runtime.loop import SubserverLoop
-from trserve.runtime.messages import Abort, Probe, State, StepReport
+from trserve.runtime.messages import Abort, Handoffs, Probe, State, StepReport
 from trserve.runtime.transport import FRONTEND, ActiveCounter, Mailbox
 
 
@@ -33,7 +33,7 @@ def reference(prompt, rid, schedule, prob, max_tokens, seed=0):
 class System:
     """Two loops wired through real mailboxes; the test plays the front end."""
 
-    def __init__(self, tmp_path, threshold=1):
+    def __init__(self, tmp_path, threshold=1, max_wait_s=0.001):
         ep = Endpoints(str(tmp_path), 2, (0, 0))
         book = ep.address_book()
         self.front = Mailbox(book[FRONTEND], {m: ep.inbox(m) for m in range(2)})
@@ -43,7 +43,7 @@ class System:
         self.loops = []
         for m in range(2):
             peers = {k: v for k, v in book.items() if k != m}
-            sub = Subserver(ScheduleProgram(m, 2), BatchingPolicy(threshold=threshold, max_wait_s=0.001))
+            sub = Subserver(ScheduleProgram(m, 2), BatchingPolicy(threshold=threshold, max_wait_s=max_wait_s))
             self.loops.append(
                 SubserverLoop(sub, self.engines[m], Mailbox(book[m], peers), reader.read, idle_poll_s=0.0)
             )
@@ -82,6 +82,28 @@ def test_random_handoffs_match_reference_and_release_everything(tmp_path):
     assert all(loop.sub.requests == {} for loop in system.loops)
     assert all(engine.kv == {} for engine in system.engines)  # every model freed every request
     assert sum(loop.stats.num_handoffs for loop in system.loops) > 20
+
+
+def test_a_step_sends_each_peer_one_message_with_all_its_handoffs(tmp_path):
+    """Eight requests stepped together on model 0, all sent to model 1 by their first decision: one Handoffs
+    message carries all eight (in the batch's order); model 1 finishes them in one batch and releases them on
+    model 0 in one message too. The outputs are the reference's."""
+    system = System(tmp_path, threshold=8, max_wait_s=60.0)  # both models wait for all eight
+    sent: list[tuple[int, int, object]] = []
+    for loop in system.loops:  # record every send (no reference back to the loop: a cycle would keep its sockets)
+        send, model = loop.mailbox.send, loop.model
+        loop.mailbox.send = lambda dest, msg, model=model, send=send: (sent.append((model, dest, msg)), send(dest, msg))
+    system.active.write(8)
+    ids = [f"h{i}" for i in range(8)]
+    for i, rid in enumerate(ids):
+        system.submit(rid, [500 + i, 7], 3, {"schedule": [[1, True]], "handoff_prob": 0.0})
+    system.run(lambda: len(system.outputs) == 8 and not any(loop.sub.requests for loop in system.loops))
+    peer = [(src, msg) for src, dest, msg in sent if dest != FRONTEND]
+    assert [src for src, _ in peer] == [0, 1]
+    assert all(isinstance(msg, Handoffs) and sorted(r.request_id for r in msg.requests) == ids for _, msg in peer)
+    assert [r.is_finished for r in peer[1][1].requests] == [True] * 8  # the releases
+    for i, rid in enumerate(ids):
+        assert system.outputs[rid] == reference([500 + i, 7], rid, [[1, True]], 0.0, 3), rid
 
 
 def test_streamed_tokens_reassemble_to_the_final_output(tmp_path):

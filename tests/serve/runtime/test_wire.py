@@ -23,6 +23,7 @@ SPEC = RequestSpec("r1", 12, 64, frozenset({2, 3}), 1.5, {"temperature": 0.0, "s
 SAMPLES = [
     PeerReq("r1", 3, tuple(range(40)), (3, 5), 0, SPEC, False, {"handoff_prob": 0.3, "schedule": [[1, True]]}),
     PeerReq("r1", 3, (5, 6), (3, 5), 1, is_finished=True),
+    messages.Handoffs((PeerReq("r2", 0, (1, 2), (0, 0), 0, SPEC, extra={"k": 1}), PeerReq("r3", 1, (4,), (1, 0), 0))),
     messages.StepReport(
         0,
         2,
