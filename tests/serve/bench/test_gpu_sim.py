@@ -43,3 +43,15 @@ def test_gpu_answer_covers_every_program_and_chain() -> None:
         ("r2r", "measured"), ("r2r", "r2r-shaped"), ("citer", "r2r-shaped")]  # fmt: skip
     with pytest.raises(ValueError, match="emulated"):
         gpu_answer(bench, points, DEFAULT_CONFIG, [4])  # real engines: no latencies to simulate with
+
+
+def test_a_measured_chain_that_misses_the_bench_share_is_not_simulated() -> None:
+    """rstitch at its operating point hands off at admission on the bench's prompts: P never leaves the small
+    model, yet the large one wrote every token. Simulating that P would answer for a system that never ran."""
+    emulated = load_config("configs/emulated-r2r-a100.yaml").model_dump(mode="json")
+    bench = {"settings": {"max_tokens": 16}, "routing": {"rstitch": {"P": [[1, 0], [0, 1]], "C": [[1, 1], [1, 1]]}},
+             "runs": [{"system": "tokenrouter-b1", "router": "rstitch", "llm_token_fraction": 1.0}]}  # fmt: skip
+    points = {"rstitch": {"params": {"tau": 4.0}, "large_share": 0.935, "accuracy": 0.99}}
+    answer = gpu_answer(bench, points, emulated, [4], tokens=2000)
+    assert [r["chain"].split()[0] for r in answer["rows"]] == ["r2r-shaped"]
+    assert answer["skipped"][0]["bench_large_share"] == 1.0 and answer["skipped"][0]["simulated_large_share"] == 0.0
