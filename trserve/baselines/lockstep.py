@@ -109,16 +109,19 @@ class LockstepDriver:
         items = [(r.request_id, unseen_tokens(r, model), dict(r.spec.sampling)) for r in batch.requests]
         call = StepCall(next(self._calls), items)
         self.mailbox.send(engine_proc(model), call)
-        while True:  # the whole system waits for this one step
+        reply: StepReply | None = None
+        while reply is None:  # the whole system waits for this one step
+            # Every message of a batch is kept: what arrives with the reply (new requests, aborts) is handled next.
             for msg in self.mailbox.receive_all(1.0):
-                if isinstance(msg, StepReply) and msg.call_id == call.call_id:
-                    return msg
-                if isinstance(msg, Rewire):  # an engine restarted; if it is this one, the call is lost
+                if reply is None and isinstance(msg, StepReply) and msg.call_id == call.call_id:
+                    reply = msg
+                elif isinstance(msg, Rewire):  # an engine restarted; if it is this one, the call is lost
                     self.mailbox.rewire(msg.model, msg.address)
-                    if msg.model == engine_proc(model):
-                        return StepReply(call.call_id, [], 0.0, 0.0, error="its engine worker restarted")
-                    continue
-                self._backlog.append(msg)
+                    if reply is None and msg.model == engine_proc(model):
+                        reply = StepReply(call.call_id, [], 0.0, 0.0, error="its engine worker restarted")
+                else:
+                    self._backlog.append(msg)
+        return reply
 
     def _step(self, sub: Subserver, batch: Batch) -> None:
         model = sub.model
