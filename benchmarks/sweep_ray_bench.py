@@ -1,6 +1,6 @@
 """What `tokenrouter sweep --ray-address` costs next to local worker processes, on this machine.
 
-    flock /tmp/tokenrouter-measure.lock .venv/bin/python benchmarks/sweep_ray_bench.py [--concurrency 6]
+    flock /tmp/tokenrouter-measure.lock .venv/bin/python benchmarks/sweep_ray_bench.py [--tokens 20000] [--out F]
 
 One sweep (the R2R-like flag system of `tokenrouter sweep`: every feasible threshold vector at one concurrency)
 runs three ways: in this process, in 2 local worker processes (`--jobs 2`), and as Ray tasks on a two-node local
@@ -9,7 +9,7 @@ seconds (CPU of this process and its children; the Ray nodes' workers are not it
 CPU is the driver's only) and whether the rows equal the in-process rows (wall-clock fields aside). The
 cluster's start and the driver's connect are timed apart from the sweep. On a 2-core machine both nodes share
 the two cores that `--jobs 2` uses, so this measures Ray's overhead, not a speed-up. Writes
-benchmarks/results/sweep_ray.json.
+``--out`` (default benchmarks/results/sweep_ray.json).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from trsim.parallel import JobRunner, LocalRunner
 from trsim.ray_jobs import connect
 from trsim.sweep import grid, run_sweep
 
-OUT = Path(__file__).resolve().parent / "results" / "sweep_ray.json"
+OUT = Path(__file__).resolve().parent / "results" / "sweep_ray.json"  # the default --out
 P, C, LATENCY_S = [[0.65, 0.35], [1.0, 0.0]], [[1.0, 0.0], [1.0, 0.0]], [0.006, 0.0279]
 
 
@@ -87,7 +87,8 @@ def ray_sweep(configs: dict[str, Any], points: list[Any], tokens: int) -> dict[s
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", type=int, default=6)
-    parser.add_argument("--tokens", type=int, default=20_000)
+    parser.add_argument("--tokens", type=int, default=20_000, help="committed tokens per point")
+    parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     configs = {"flags": markov_config(P, C, LATENCY_S, [1, 1], args.concurrency, "endless")}
     points = grid(configs, [args.concurrency], None)
@@ -112,7 +113,7 @@ def main() -> None:
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "runs": runs,
     }  # fmt: skip
-    OUT.write_text(json.dumps(result, indent=1) + "\n")
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
     for name, run in runs.items():
         speedup, equal = run["speedup_vs_in_process"], run["rows_equal_in_process"]
         print(f"{name}: {run['wall_s']:.1f} s wall, x{speedup:.2f} vs in-process, rows equal: {equal}")
