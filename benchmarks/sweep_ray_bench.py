@@ -8,7 +8,9 @@ cluster (`ray.cluster_utils.Cluster`, one CPU per node, as tests/sim/test_ray_jo
 seconds (CPU of this process and its children; the Ray nodes' workers are not its children, so the Ray row's
 CPU is the driver's only) and whether the rows equal the in-process rows (wall-clock fields aside). The
 cluster's start and the driver's connect are timed apart from the sweep. On a 2-core machine both nodes share
-the two cores that `--jobs 2` uses, so this measures Ray's overhead, not a speed-up. Writes
+the two cores that `--jobs 2` uses, so this measures Ray's overhead, not a speed-up. Ray starts its task
+workers at nice 15 (its ``worker_niceness``), so on a shared machine they yield to everything else;
+``--worker-niceness 0`` starts the cluster with ``RAY_worker_niceness=0`` (as nice as the local runs). Writes
 ``--out`` (default benchmarks/results/sweep_ray.json).
 """
 
@@ -30,6 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ray
+from ray._private.ray_constants import RAY_WORKER_NICENESS
 from ray.cluster_utils import Cluster
 
 from trsim import markov_config
@@ -62,10 +65,12 @@ def comparable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in row.items() if k != "wall_s" and "per_wall" not in k} for row in rows]
 
 
-def ray_sweep(configs: dict[str, Any], points: list[Any], tokens: int) -> dict[str, Any]:
+def ray_sweep(configs: dict[str, Any], points: list[Any], tokens: int, niceness: int | None) -> dict[str, Any]:
     """The sweep on a fresh two-node local cluster (own temp dir), torn down afterwards."""
     tmp = tempfile.mkdtemp(prefix="trswb", dir="/tmp")
     os.environ["RAY_TMPDIR"] = tmp
+    if niceness is not None:
+        os.environ[RAY_WORKER_NICENESS] = str(niceness)
     start = time.perf_counter()
     head = {"num_cpus": 1, "include_dashboard": False, "gcs_server_port": free_port()}
     cluster = Cluster(initialize_head=True, head_node_args=head)
@@ -89,6 +94,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=6)
     parser.add_argument("--tokens", type=int, default=20_000, help="committed tokens per point")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--worker-niceness", type=int, default=None, help="Ray task workers' nice [Ray's: 15]")
     args = parser.parse_args()
     configs = {"flags": markov_config(P, C, LATENCY_S, [1, 1], args.concurrency, "endless")}
     points = grid(configs, [args.concurrency], None)
@@ -96,7 +102,7 @@ def main() -> None:
     runs = {
         "in_process": timed_sweep(LocalRunner(1), configs, points, args.tokens),
         "local_2_processes": timed_sweep(LocalRunner(2), configs, points, args.tokens),
-        "ray_2_nodes_1_cpu": ray_sweep(configs, points, args.tokens),
+        "ray_2_nodes_1_cpu": ray_sweep(configs, points, args.tokens, args.worker_niceness),
     }
     reference = comparable(runs["in_process"]["rows"])
     for run in runs.values():
@@ -108,6 +114,7 @@ def main() -> None:
         "command": "benchmarks/sweep_ray_bench.py " + " ".join(sys.argv[1:]),
         "system": "R2R-like flags: P 0.65,0.35;1,0, C 1,0;1,0, 6.0/27.9 ms, endless requests",
         "concurrency": args.concurrency, "points": len(points), "tokens_per_point": args.tokens,
+        "ray_worker_niceness": 15 if args.worker_niceness is None else args.worker_niceness,
         "cpus": os.cpu_count(), "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
         "ray": ray.__version__, "python": platform.python_version(),
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
