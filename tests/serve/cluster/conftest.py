@@ -109,7 +109,7 @@ def _start_once(tmp: str) -> Any:
                 os.environ[key] = value
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # torn down when the cluster tests end: other modules start their own
 def ray_cluster() -> Iterator[LocalCluster]:
     import ray
 
