@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -76,19 +77,27 @@ def server_config(dirs: tuple[str, ...], backend: str = "vllm", **server: Any) -
     }  # fmt: skip
 
 
-def start_served(tmp: Path, config: dict[str, Any], dirs: tuple[str, ...]) -> Iterator[Served]:
-    path = tmp / "serve.yaml"
-    path.write_text(yaml.safe_dump(config))
+@contextlib.contextmanager
+def running_server(path: Path, timeout_s: float = 900.0) -> Iterator[ServerProcess]:
+    """A started ``tokenrouter serve --config path`` (the test fails with its log's tail when it does not start),
+    stopped after the caller is done."""
     process = ServerProcess(path)
     try:
-        process.start(timeout_s=900)
+        process.start(timeout_s=timeout_s)
     except RuntimeError as exc:
         pytest.fail(str(exc))
     try:
-        log_dir = config["server"].get("log_dir")
-        yield Served(process, dirs, config["backend"], Path(log_dir) if log_dir else None)
+        yield process
     finally:
         process.stop()
+
+
+def start_served(tmp: Path, config: dict[str, Any], dirs: tuple[str, ...]) -> Iterator[Served]:
+    path = tmp / "serve.yaml"
+    path.write_text(yaml.safe_dump(config))
+    log_dir = config["server"].get("log_dir")
+    with running_server(path) as process:
+        yield Served(process, dirs, config["backend"], Path(log_dir) if log_dir else None)
 
 
 @pytest.fixture(scope="session")

@@ -14,20 +14,17 @@ import contextlib
 import os
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 from trcore.errors import ConfigError
 from trserve.config import ModelConfig
 from trserve.entrypoints import worker_command
 from trserve.runtime.placement import place_models
 from trserve.runtime.runspec import resolve_model_path
-from trserve.server.process import free_port
+from trserve.server.process import HttpChild
 
 #: The name the bench's client asks for (``"model"`` in every request body).
 SERVED_NAME = "tokenrouter"
@@ -49,21 +46,17 @@ def vllm_server_environment(model: Mapping[str, Any]) -> dict[str, str]:
     return place_models([ModelConfig.model_validate(dict(model))])[0].environment()
 
 
-class VllmServer:
+class VllmServer(HttpChild):
     """vLLM's OpenAI server as a child on 127.0.0.1:``port``; its output goes to :attr:`log_path`."""
 
+    what = "vLLM's server"
+
     def __init__(self, model: Mapping[str, Any], port: int | None = None, extra_args: Sequence[str] = ()) -> None:
-        self.port = port or free_port()
+        super().__init__(port, "vllm-server-")
         self.args = vllm_server_args(model, self.port, extra_args)
         self.placement_env = vllm_server_environment(model)
-        self.log_path = Path(tempfile.mkstemp(prefix="vllm-server-", suffix=".log")[1])
-        self.process: subprocess.Popen[bytes] | None = None
         #: Seconds from launch until ``/health`` answered (start-up, including vLLM's compilation).
         self.startup_s: float | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     @property
     def command(self) -> list[str]:
@@ -77,30 +70,7 @@ class VllmServer:
         """Start and wait until ``/health`` answers 200; a RuntimeError with the log's tail when it does not."""
         env = {**os.environ, **self.placement_env}
         env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # vLLM's default: the engine core in its own process
-        launched = time.monotonic()
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                            start_new_session=True)  # fmt: skip
-        while time.monotonic() < launched + timeout_s:
-            if (code := self.process.poll()) is not None:
-                raise RuntimeError(f"vLLM's server exited with status {code}:\n{self.log_tail()}")
-            if self.is_healthy():
-                self.startup_s = time.monotonic() - launched
-                return
-            time.sleep(0.5)
-        tail = self.log_tail()
-        self.stop()
-        raise RuntimeError(f"vLLM's server not healthy after {timeout_s:.0f} s:\n{tail}")
-
-    def is_healthy(self) -> bool:
-        try:
-            return httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def log_tail(self, lines: int = 40) -> str:
-        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
+        self.startup_s = self.launch_and_wait(self.command, env, timeout_s, start_new_session=True)
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
         """SIGINT to the server's process group (vLLM shuts its engine core down), SIGKILL to what of the group

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import os
 import signal
 import socket
@@ -9,6 +10,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -21,37 +23,37 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class ServerProcess:
-    """A ``tokenrouter serve`` child on 127.0.0.1:``port``; its stderr goes to :attr:`log_path`."""
+class HttpChild(abc.ABC):
+    """A server child process on 127.0.0.1:``port`` whose output goes to :attr:`log_path`: launch it and poll its
+    ``/health`` until it answers 200 (the shared part of :class:`ServerProcess` and the bench's vLLM server)."""
 
-    def __init__(self, config: Path | None, port: int | None = None, env: dict[str, str] | None = None) -> None:
-        self.config = config
+    #: How the child is named in errors.
+    what = "server"
+
+    def __init__(self, port: int | None, log_prefix: str) -> None:
         self.port = port or free_port()
-        self.env = {**os.environ, **(env or {})}
-        self.log_path = Path(tempfile.mkstemp(prefix="tokenrouter-serve-", suffix=".log")[1])
+        self.log_path = Path(tempfile.mkstemp(prefix=log_prefix, suffix=".log")[1])
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout_s: float = 600.0) -> None:
-        """Start and wait for ``/health`` to answer 200; raises RuntimeError with the log tail on failure."""
-        cmd = worker_command("server", "serve", "--host", "127.0.0.1", "--port", str(self.port))
-        if self.config is not None:
-            cmd += ["--config", str(self.config)]
+    def launch_and_wait(self, cmd: list[str], env: dict[str, str], timeout_s: float, **popen: Any) -> float:
+        """Start ``cmd`` and wait until ``/health`` answers 200; returns the seconds it took. Raises RuntimeError with
+        the log's tail when the child exits first, or (after stopping it) when ``timeout_s`` passes."""
+        launched = time.monotonic()
         with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            code = self.process.poll()
-            if code is not None:
-                raise RuntimeError(f"server exited with status {code}:\n{self.log_tail()}")
+            self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, **popen)
+        while time.monotonic() < launched + timeout_s:
+            if (code := self.process.poll()) is not None:
+                raise RuntimeError(f"{self.what} exited with status {code}:\n{self.log_tail()}")
             if self.is_healthy():
-                return
+                return time.monotonic() - launched
             time.sleep(0.5)
+        tail = self.log_tail()  # before stop(), which removes the log of a server that stopped cleanly
         self.stop()
-        raise RuntimeError(f"server not healthy after {timeout_s:.0f} s:\n{self.log_tail()}")
+        raise RuntimeError(f"{self.what} not healthy after {timeout_s:.0f} s:\n{tail}")
 
     def is_healthy(self) -> bool:
         try:
@@ -62,6 +64,26 @@ class ServerProcess:
     def log_tail(self, lines: int = 40) -> str:
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
         return "\n".join(text.splitlines()[-lines:])
+
+    @abc.abstractmethod
+    def stop(self, timeout_s: float = 30.0) -> int | None:
+        """Stop the child; its exit status (None if it never started)."""
+
+
+class ServerProcess(HttpChild):
+    """A ``tokenrouter serve`` child on 127.0.0.1:``port``; its stderr goes to :attr:`log_path`."""
+
+    def __init__(self, config: Path | None, port: int | None = None, env: dict[str, str] | None = None) -> None:
+        super().__init__(port, "tokenrouter-serve-")
+        self.config = config
+        self.env = {**os.environ, **(env or {})}
+
+    def start(self, timeout_s: float = 600.0) -> None:
+        """Start and wait for ``/health`` to answer 200; raises RuntimeError with the log tail on failure."""
+        cmd = worker_command("server", "serve", "--host", "127.0.0.1", "--port", str(self.port))
+        if self.config is not None:
+            cmd += ["--config", str(self.config)]
+        self.launch_and_wait(cmd, self.env, timeout_s)
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
         """SIGINT (graceful: workers are shut down in order), then SIGKILL if it hangs."""

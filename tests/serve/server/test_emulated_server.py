@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from tests.serve.server.test_correctness import reference
+from tests.serve.server_fixtures import running_server
 from trserve.bench.client import metric_values
 from trserve.engine.hash import hash_next
-from trserve.server.process import ServerProcess
 
 pytestmark = pytest.mark.serve
 
@@ -41,15 +41,8 @@ def emulated_config(mode: str) -> dict:
 def emulated(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     path = tmp_path_factory.mktemp("emulated") / "serve.yaml"
     path.write_text(yaml.safe_dump(emulated_config(request.param)))
-    process = ServerProcess(path)
-    try:
-        process.start(timeout_s=300)
-    except RuntimeError as exc:
-        pytest.fail(str(exc))
-    try:
+    with running_server(path, timeout_s=300) as process:
         yield request.param, process.url
-    finally:
-        process.stop()
 
 
 async def ask(url: str, prob: float) -> list[dict]:

@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from tests.serve.server.test_correctness import reference
+from tests.serve.server_fixtures import running_server
 from trserve.bench.client import metric_values
 from trserve.engine.hash import hash_next
-from trserve.server.process import ServerProcess
 
 pytestmark = pytest.mark.serve
 
@@ -46,15 +46,8 @@ def replica_config() -> dict:
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     path = tmp_path_factory.mktemp("replicas") / "serve.yaml"
     path.write_text(yaml.safe_dump(replica_config()))
-    process = ServerProcess(path)
-    try:
-        process.start(timeout_s=300)
-    except RuntimeError as exc:
-        pytest.fail(str(exc))
-    try:
+    with running_server(path, timeout_s=300) as process:
         yield process.url
-    finally:
-        process.stop()
 
 
 async def ask(url: str, kill_after_tokens: int | None = None) -> list[list[int]]:
