@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from trserve.config import ServeConfig
@@ -20,7 +19,8 @@ from trserve.frontend.api_models import ChatCompletionRequest, CompletionRequest
 from trserve.frontend.book import FrontEnd, Overloaded, Unavailable
 from trserve.frontend.guards import guard
 from trserve.frontend.metrics import Metrics
-from trserve.frontend.responses import Provenance, ResponseFormat
+from trserve.frontend.responses import Provenance, ResponseFormat, to_json
+from trserve.frontend.sse import EventStream
 from trserve.frontend.streaming import ClientGone, GenerationFailed, collect, events_with_text, first_event
 from trserve.frontend.text import TextStream
 
@@ -200,13 +200,12 @@ async def _generate(
         first = await first_event(ctx.frontend, gen, request)
     except GenerationFailed as exc:
         raise APIError(exc.status, str(exc), exc.kind) from None
-    stream = _sse(ctx, fmt, gen, text, first, body.include_usage)
-    return StreamingResponse(stream, media_type="text/event-stream")
+    return EventStream(_sse(ctx, fmt, gen, text, first, body.include_usage))
 
 
 async def _sse(
     ctx: ServerContext, fmt: ResponseFormat, gen: Any, text: TextStream, first: tuple[str, Any], include_usage: bool
-) -> AsyncIterator[str]:
+) -> AsyncGenerator[bytes, None]:
     """The stream's chunks; each carries the models of the output tokens consumed since the previous one (text
     held back for a possible stop string comes in a later chunk, its tokens' models with it)."""
     try:
@@ -216,7 +215,7 @@ async def _sse(
         async for delta, reason in events_with_text(ctx.frontend, gen, text, first):
             if delta or reason:
                 upto = len(text.token_ids)
-                yield _data(fmt.chunk(delta, reason, gen.models[sent:upto]))
+                yield fmt.sse_chunk(delta, reason, gen.models[sent:upto])
                 sent = upto
         if include_usage:
             yield _data(fmt.usage_chunk(gen.models[: len(text.token_ids)]))
@@ -224,8 +223,8 @@ async def _sse(
         yield _data({"error": {"message": str(exc), "type": exc.kind, "param": None, "code": exc.status}})
     finally:
         ctx.frontend.abort(gen.request_id)  # no-op once finished; frees every model if the client left
-    yield "data: [DONE]\n\n"
+    yield b"data: [DONE]\n\n"
 
 
-def _data(obj: dict[str, Any]) -> str:
-    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
+def _data(obj: dict[str, Any]) -> bytes:
+    return f"data: {to_json(obj)}\n\n".encode()

@@ -10,6 +10,8 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from trserve.frontend.sse import keep_server_send
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -43,6 +45,7 @@ def guard(app: ASGIApp, *, max_body_bytes: int, api_key: str | None, open_paths:
     ``max_body_bytes`` get 413 whether or not they announce their length."""
 
     async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+        keep_server_send(scope, send)
         if scope["type"] != "http":
             await app(scope, receive, send)
             return

@@ -9,13 +9,18 @@ written for a pair (model 0 small, model 1 large).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 #: The ``tokens_per_model`` key of tokens whose model the front end does not know (none in a healthy run).
 UNKNOWN = "unknown"
+
+#: Compact JSON, as every chunk is written (strings take the C encoder's fast path).
+to_json = json.JSONEncoder(separators=(",", ":")).encode
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,23 @@ class ResponseFormat:
             return {**self._head("chat.completion.chunk"), "choices": [self._tagged(choice, models)]}
         choice = {"index": 0, "text": delta or "", "logprobs": None, "finish_reason": reason}
         return {**self._head("text_completion"), "choices": [self._tagged(choice, models)]}
+
+    def sse_chunk(self, delta: str | None, reason: str | None, models: Sequence[int] = ()) -> bytes:
+        """``chunk(delta, reason, models)`` as one server-sent event, ready to write: the parts that never change
+        in a stream are encoded once, so a token costs the JSON escaping of its text and little else."""
+        before_text, before_reason = self._sse_parts
+        tail = f',"provenance":{to_json(self.provenance.of(models))}' if self.with_provenance else ""
+        event = f"data: {before_text}{to_json(delta or '')}{before_reason}{to_json(reason)}{tail}}}]}}\n\n"
+        return event.encode()
+
+    @cached_property
+    def _sse_parts(self) -> tuple[str, str]:
+        """What comes before a chunk's text and between its text and its finish reason."""
+        if self.chat:
+            head = to_json(self._head("chat.completion.chunk"))[:-1]
+            return f'{head},"choices":[{{"index":0,"delta":{{"content":', '},"finish_reason":'
+        head = to_json(self._head("text_completion"))[:-1]
+        return f'{head},"choices":[{{"index":0,"text":', ',"logprobs":null,"finish_reason":'
 
     def usage_chunk(self, models: Sequence[int]) -> dict[str, Any]:
         """The last chunk of a stream with ``stream_options.include_usage``."""
