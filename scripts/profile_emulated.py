@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 from trserve import eventloop
 from trserve.bench import cpu
 from trserve.bench.client import Workload, committed_tokens, run_load
@@ -96,6 +98,17 @@ def record(pids: dict[str, int], seconds: float, out_dir: Path) -> dict[str, sub
     }
 
 
+def with_stream_interval(config: Path, interval: int | None) -> Path:
+    """``config``, or a copy of it (in a temporary directory) with ``server.stream_interval`` set."""
+    if interval is None:
+        return config
+    doc = yaml.safe_load(config.read_text())
+    doc.setdefault("server", {})["stream_interval"] = interval
+    copy = Path(tempfile.mkdtemp(prefix="profile-config-")) / config.name
+    copy.write_text(yaml.safe_dump(doc))
+    return copy
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/emulated-r2r-a100.yaml")
@@ -103,8 +116,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--out", default="docs/bench-emulated/profile-n64.json")
+    parser.add_argument("--stream-interval", type=int, help="set server.stream_interval (tokens per SSE chunk)")
     args = parser.parse_args()
-    server = ServerProcess(Path(args.config))
+    server = ServerProcess(with_stream_interval(Path(args.config), args.stream_interval))
     server.start(timeout_s=300)
     tmp = Path(tempfile.mkdtemp(prefix="profile-"))
     try:
@@ -143,6 +157,7 @@ def main() -> None:
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "config": args.config,
         "concurrency": args.n,
+        "stream_interval": args.stream_interval or 1,
         "throughput_tok_s": committed_tokens(load.metrics_after, load.metrics_before) / load.window_s,
         "window": window,
         "profiles": procs,

@@ -152,6 +152,9 @@ class ServerConfig(_Strict):
     max_active_requests: int = Field(64, ge=1)
     max_waiting_requests: int = Field(256, ge=0)
     max_body_bytes: int = Field(1_000_000, ge=1024)
+    #: Output tokens per stream chunk (as vLLM's ``--stream-interval``): 1 sends each token as it comes; n > 1
+    #: holds text until n tokens since the last chunk (the first chunk and the last are never held).
+    stream_interval: int = Field(1, ge=1)
     startup_timeout_s: float = Field(600.0, gt=0)
     #: Fail (HTTP 504) a dispatched request that no step moved for this long while every model is up; None: never.
     stall_timeout_s: float | None = Field(120.0, gt=0)

@@ -119,7 +119,8 @@ def tcp_hash_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served
     large, small = model_dirs()
     dirs = (large, small)
     tmp = tmp_path_factory.mktemp("tcp-server")
-    config = server_config(dirs, backend="hash", transport="tcp", log_dir=str(tmp / "logs"))
+    # stream_interval 4: tests/serve/frontend/test_stream_interval.py checks the chunking on this server.
+    config = server_config(dirs, backend="hash", transport="tcp", log_dir=str(tmp / "logs"), stream_interval=4)
     yield from start_served(tmp, config, dirs)
 
 

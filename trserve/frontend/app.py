@@ -207,16 +207,18 @@ async def _sse(
     ctx: ServerContext, fmt: ResponseFormat, gen: Any, text: TextStream, first: tuple[str, Any], include_usage: bool
 ) -> AsyncGenerator[bytes, None]:
     """The stream's chunks; each carries the models of the output tokens consumed since the previous one (text
-    held back for a possible stop string comes in a later chunk, its tokens' models with it)."""
+    held back for a possible stop string, or by ``server.stream_interval``, comes in a later chunk, its tokens'
+    models with it)."""
     try:
         if fmt.chat:
             yield _data(fmt.chunk(None, None, role=True))
-        sent = 0
+        interval, held, sent = ctx.config.server.stream_interval, "", 0
         async for delta, reason in events_with_text(ctx.frontend, gen, text, first):
-            if delta or reason:
-                upto = len(text.token_ids)
-                yield fmt.sse_chunk(delta, reason, gen.models[sent:upto])
-                sent = upto
+            held += delta
+            upto = len(text.token_ids)
+            if reason or (held and (sent == 0 or upto - sent >= interval)):
+                yield fmt.sse_chunk(held, reason, gen.models[sent:upto])
+                held, sent = "", upto
         if include_usage:
             yield _data(fmt.usage_chunk(gen.models[: len(text.token_ids)]))
     except GenerationFailed as exc:
