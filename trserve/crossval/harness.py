@@ -131,7 +131,7 @@ async def crossval_server(cfg: ServeConfig) -> AsyncIterator[CrossvalFrontEnd]:
     run_dir = tempfile.mkdtemp(prefix="tokenrouter-crossval-")
     spec, workers = resolve(cfg, run_dir)
     workers = [replace(w, role="crossval-subserver") for w in workers]
-    frontend, metrics, active = start_frontend(cfg, spec, CrossvalFrontEnd, cfg.entry_model)
+    frontend, metrics = start_frontend(cfg, spec, CrossvalFrontEnd, cfg.entry_model)
     launcher = Launcher(spec, workers, Path(run_dir), frontend, metrics, RestartConfig(enabled=False))
     is_clean = False
     try:
@@ -144,7 +144,6 @@ async def crossval_server(cfg: ServeConfig) -> AsyncIterator[CrossvalFrontEnd]:
     finally:
         await launcher.stop_all()
         await frontend.close()
-        active.close()
         if is_clean:
             shutil.rmtree(run_dir, ignore_errors=True)
 

@@ -1,8 +1,8 @@
 """The front end's request book-keeping: admission, dispatch to the entry model, reassembly of committed tokens
 from whichever model sent them, aborts on every model, and the system-wide active-request count.
 
-Everything here runs on one asyncio loop, so the active count has a single writer and needs no lock; it is
-published to the subservers through :class:`trserve.runtime.transport.ActiveCounter`.
+Everything here runs on one asyncio loop, so the active count has a single writer and needs no lock; it reaches
+the subservers in messages (:mod:`trserve.frontend.counts`).
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from trcore import PeerReq, RequestSpec
+from trserve.frontend.counts import CountPublisher
 from trserve.frontend.generation import Failure, Generation
 from trserve.frontend.metrics import Metrics
 from trserve.frontend.pinning import Pinning
 from trserve.runtime.messages import Abort, Failed, Finished, Probe, Ready, State, StepReport
 from trserve.runtime.reports import touched_requests
-from trserve.runtime.transport import ActiveCounter, AsyncMailbox, CurveKeys
+from trserve.runtime.transport import AsyncMailbox, CurveKeys
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,9 @@ class FrontEnd:
     when known (a worker being started is connected when its ``Ready`` names its inbox; for the routed mode,
     process ``m`` serves model ``m``);
     ``entry`` is the process that receives new requests. With replicas (``pinning``), ``entry`` is the entry
-    model, and each request goes to the process of its pinned replica of it."""
+    model, and each request goes to the process of its pinned replica of it. Processes ``0 .. num_subservers - 1``
+    are subservers, sent the count their threshold tables key on (:meth:`process_counts`; 0: none, the baselines'
+    workers keep no threshold table)."""
 
     def __init__(
         self,
@@ -53,7 +56,7 @@ class FrontEnd:
         inboxes: dict[int, str],
         entry: int,
         num_models: int,
-        active: ActiveCounter,
+        num_subservers: int,
         metrics: Metrics,
         max_active: int,
         max_waiting: int,
@@ -63,7 +66,6 @@ class FrontEnd:
         self.entry = entry
         self.pinning = pinning
         self.num_models = num_models
-        self.active = active
         self.metrics = metrics
         self.max_active = max_active
         self.max_waiting = max_waiting
@@ -76,6 +78,7 @@ class FrontEnd:
         self.ready_waiters: dict[int, asyncio.Future[Ready]] = {}
         self.on_ready: Callable[[Ready], None] | None = None
         self.mailbox = AsyncMailbox(inbox_address, inboxes, keys)
+        self.counts = CountPublisher(num_subservers, self.mailbox.send, inboxes)
         self._probes: dict[int, tuple[asyncio.Future[list[State]], int]] = {}
         self._probe_states: dict[int, list[State]] = {}
         self._tokens = itertools.count()
@@ -87,11 +90,14 @@ class FrontEnd:
         """(Re)connect the outbox of process ``proc``; anything queued for a previous incarnation is dropped,
         anything sent since :meth:`disconnect` goes now."""
         self.mailbox.rewire(proc, address)
+        self.counts.connected_to(proc)
+        self.publish_counts()
 
     def disconnect(self, proc: int) -> None:
         """Process ``proc`` is (re)starting: drop what was queued for it; hold later messages until it reports
         its address in ``Ready``."""
         self.mailbox.disconnect(proc)
+        self.counts.disconnected(proc)
 
     def send(self, proc: int, message: Any) -> None:
         self.mailbox.send(proc, message)
@@ -108,8 +114,6 @@ class FrontEnd:
         if self._receiver is not None:
             self._receiver.cancel()
         self.mailbox.close()
-        if self.pinning is not None:
-            self.pinning.close()
 
     # -- admission --------------------------------------------------------------------------------------------
 
@@ -175,11 +179,21 @@ class FrontEnd:
         self.publish_counts()
 
     def publish_counts(self) -> None:
-        self.active.write(self.num_active)
-        if self.pinning is not None:
-            self.pinning.publish()
+        """The counts changed: the subservers hear of it once this event-loop turn is over."""
+        if self.counts.mark():
+            asyncio.get_running_loop().call_soon(self._send_counts)
         self.metrics.active.set(self.num_active)
         self.metrics.waiting.set(len(self.waiting))
+
+    def _send_counts(self) -> None:
+        self.counts.flush(self.process_counts())
+
+    def process_counts(self) -> list[int]:
+        """The count each subserver process's threshold table keys on: every active request, or with replicas the
+        requests pinned to that process."""
+        if self.pinning is not None:
+            return list(self.pinning.pinned)
+        return [self.num_active] * self.counts.num_procs
 
     def abort(self, request_id: str, reason: str = "aborted") -> None:
         """The client went away or a stop string matched: drop the request on every model."""

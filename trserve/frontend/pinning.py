@@ -1,5 +1,5 @@
 """The front end's side of replicas: pin each request to one replica of every model when it is dispatched, and
-publish each replica's count of pinned requests (its threshold table's key).
+count each replica's pinned requests (its threshold table's key, sent to it by :mod:`trserve.frontend.counts`).
 
 Pins are chosen at dispatch, for every model at once, so a hand-off always goes straight from one subserver to
 the pinned replica of its destination (the pins travel in the request's routing state,
@@ -17,18 +17,14 @@ from trcore import PeerReq
 from trcore.replicas import PIN_KEY, ReplicaTable
 from trserve.frontend.generation import Generation
 from trserve.runtime.messages import StepReport
-from trserve.runtime.transport import ActiveCounter
 
 
 class Pinning:
-    """Pins, per-process pinned counts and queues for a run with replicas (``counters[p]``: the count process
-    ``p``'s threshold table reads)."""
+    """Pins, per-process pinned counts (``pinned[p]``: the count process ``p``'s threshold table keys on) and
+    queues for a run with replicas."""
 
-    def __init__(self, table: ReplicaTable, counters: list[ActiveCounter]) -> None:
-        if len(counters) != table.num_procs:
-            raise ValueError(f"{len(counters)} counters for {table.num_procs} processes")
+    def __init__(self, table: ReplicaTable) -> None:
         self.table = table
-        self.counters = counters
         self.pinned = [0] * table.num_procs
         self.queued = [0] * table.num_procs
 
@@ -74,11 +70,3 @@ class Pinning:
     def forget_queue(self, proc: int) -> None:
         """Process ``proc`` died: its queue is gone with it."""
         self.queued[proc] = 0
-
-    def publish(self) -> None:
-        for counter, count in zip(self.counters, self.pinned, strict=True):
-            counter.write(count)
-
-    def close(self) -> None:
-        for counter in self.counters:
-            counter.close()

@@ -66,10 +66,6 @@ class Endpoints:
     def frontend(self) -> str:
         return self.inbox(FRONTEND)
 
-    @property
-    def active_file(self) -> str:
-        return f"{self.run_dir}/active"
-
     def with_generation(self, index: int, generation: int) -> Endpoints:
         """Process ``index`` restarts as ``generation``: a new inbox, unknown until it reports it."""
         gens = list(self.generation or (0,) * self.num_procs)

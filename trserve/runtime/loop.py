@@ -19,6 +19,7 @@ from trcore.replicas import ReplicaTable
 from trserve.engine.types import Engine, EngineStepError, StepItem, TokenOut
 from trserve.runtime.messages import (
     Abort,
+    Active,
     Failed,
     Finished,
     Handoffs,
@@ -36,9 +37,6 @@ log = logging.getLogger(__name__)
 
 #: How long an idle loop sleeps between checks that its parent is alive.
 IDLE_POLL_S = 1.0
-#: How soon a loop whose queue is below threshold looks again: the threshold can fall when the system-wide
-#: active count falls, which no message announces.
-RECHECK_S = 0.005
 #: How long a request id stays remembered after an abort, so late hand-offs for it are dropped.
 TOMBSTONE_S = 600.0
 
@@ -58,7 +56,7 @@ class LoopStats:
 class SubserverLoop:
     """Runs one model: ``run()`` returns after a :class:`Shutdown` message or when the parent process dies.
 
-    ``read_active()`` gives the system-wide active-request count (threshold tables). A step that raises
+    The count its threshold table keys on arrives in :class:`Active` messages (0 until the first). A step that raises
     :class:`~trserve.engine.types.EngineStepError` fails the requests the engine names as its culprits (the
     others are stepped again without them), or the whole batch when it names none; any other exception ends
     the process.
@@ -71,18 +69,17 @@ class SubserverLoop:
         sub: Subserver,
         engine: Engine,
         mailbox: Outbox,
-        read_active: Callable[[], int] = lambda: 0,
         clock: Callable[[], float] = time.monotonic,
         idle_poll_s: float = IDLE_POLL_S,
         table: ReplicaTable | None = None,
         replica: int = 0,
     ) -> None:
         self.sub = sub
+        sub.num_active = 0  # until the front end's first Active
         self.table = table if table is not None and table.has_replicas else None
         self.replica = replica
         self.engine = engine
         self.mailbox = mailbox
-        self.read_active = read_active
         self.clock = clock
         self.idle_poll_s = idle_poll_s
         self.stats = LoopStats()
@@ -101,7 +98,6 @@ class SubserverLoop:
     def run_once(self) -> None:
         """Handle what arrived, then launch a step if the policy allows, else wait for a message or deadline."""
         self._handle_all(self.mailbox.receive_all(0))
-        self.sub.num_active = self.read_active()
         batch = self.sub.launch(self.clock())
         if batch is not None:
             self._step(batch)
@@ -112,13 +108,12 @@ class SubserverLoop:
             self.is_stopping = True
 
     def _wait_timeout(self) -> float:
-        if self.sub.num_ready == 0:
+        """Until the queue's max-wait deadline, if any: anything else that can launch it (a request, a change of the
+        active count, a new policy) arrives as a message and ends the wait."""
+        deadline = self.sub.next_deadline() if self.sub.num_ready else None
+        if deadline is None:
             return self.idle_poll_s
-        timeout = RECHECK_S
-        deadline = self.sub.next_deadline()
-        if deadline is not None:
-            timeout = min(timeout, max(0.0, deadline - self.clock()))
-        return timeout
+        return min(self.idle_poll_s, max(0.0, deadline - self.clock()))
 
     # -- messages ---------------------------------------------------------------------------------------------
 
@@ -132,6 +127,8 @@ class SubserverLoop:
         elif isinstance(msg, Handoffs):
             for req in msg.requests:
                 self._receive(req)
+        elif isinstance(msg, Active):
+            self.sub.num_active = msg.count
         elif isinstance(msg, Abort):
             self._forget(msg.request_id, msg.incarnation)
         elif isinstance(msg, Probe):

@@ -44,6 +44,15 @@ class Rewire:
 
 
 @dataclass(frozen=True)
+class Active:
+    """The count this subserver's threshold table keys on, sent by the front end whenever it changes
+    (:mod:`trserve.frontend.counts`): every active request of the system, or with replicas the requests pinned to
+    this process."""
+
+    count: int
+
+
+@dataclass(frozen=True)
 class Probe:
     """Ask a subserver for its :class:`State` now (``detail``: also count live Python objects, ~0.1 s)."""
 

@@ -50,12 +50,6 @@ class RunSpec:
         """Process index <-> (model, replica) of the routed mode."""
         return ReplicaTable(self.config.replicas)
 
-    def active_file(self, proc: int) -> str:
-        """The shared count a subserver's threshold table reads: every active request (one replica per model), or
-        the requests pinned to process ``proc`` (replicas), written by the front end."""
-        base = self.endpoints.active_file
-        return base if not self.table.has_replicas else f"{base}-{proc}"
-
     def policy(self, model: int) -> BatchingPolicy:
         """Model ``model``'s delayed-batching policy."""
         batching = self.config.batching

@@ -17,13 +17,9 @@ from __future__ import annotations
 
 import hmac
 import logging
-import mmap
-import os
-import struct
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import zmq
@@ -219,29 +215,3 @@ class AsyncMailbox:
     def close(self) -> None:
         self.outboxes.close()
         self.inbox.close()
-
-
-class ActiveCounter:
-    """The system-wide active-request count in a shared 8-byte file mapping.
-
-    The front end is the only writer; subservers read it before each launch decision. An aligned 8-byte
-    store is atomic on the platforms we run on, so nobody takes a lock."""
-
-    _FORMAT = "<q"
-
-    def __init__(self, path: str, *, writable: bool = False) -> None:
-        if writable and (not os.path.exists(path) or os.path.getsize(path) != 8):
-            Path(path).write_bytes(struct.pack(self._FORMAT, 0))
-        self._fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
-        access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
-        self._map = mmap.mmap(self._fd, 8, access=access)
-
-    def read(self) -> int:
-        return int(struct.unpack_from(self._FORMAT, self._map, 0)[0])
-
-    def write(self, value: int) -> None:
-        struct.pack_into(self._FORMAT, self._map, 0, value)
-
-    def close(self) -> None:
-        self._map.close()
-        os.close(self._fd)

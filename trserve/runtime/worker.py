@@ -26,7 +26,7 @@ from trserve.engine.types import Engine, EngineConfig
 from trserve.runtime.loop import SubserverLoop
 from trserve.runtime.messages import Ready
 from trserve.runtime.runspec import RunSpec
-from trserve.runtime.transport import FRONTEND, ActiveCounter
+from trserve.runtime.transport import FRONTEND
 
 log = logging.getLogger(__name__)
 
@@ -121,9 +121,8 @@ def run(
     try:
         check_signals(program, engine.available_signals)
         mailbox = spec.endpoints.mailbox(proc)
-        active = ActiveCounter(spec.active_file(proc))
         sub = Subserver(program, spec.policy(model))
-        loop = loop_cls(sub, engine, mailbox, read_active=active.read, table=table, replica=replica)
+        loop = loop_cls(sub, engine, mailbox, table=table, replica=replica)
         signals = tuple(sorted(engine.available_signals))
         mailbox.send(FRONTEND, Ready(proc, os.getpid(), engine.kv_usage(), signals, mailbox.address))
         name = spec.config.models[model].process_name(replica)

@@ -22,7 +22,7 @@ from trserve.frontend.pinning import Pinning
 from trserve.runtime.endpoints import Endpoints
 from trserve.runtime.placement import Placement, merge, place_models, place_processes
 from trserve.runtime.runspec import RunSpec, resolve_model_path
-from trserve.runtime.transport import FRONTEND, ActiveCounter, CurveKeys
+from trserve.runtime.transport import FRONTEND, CurveKeys
 from trserve.runtime.worker import build_program
 from trserve.server.drift import DriftProbe
 from trserve.server.launch import Launcher, LaunchError, WorkerSpec
@@ -112,7 +112,7 @@ async def serve(cfg: ServeConfig, report: Report | None = None, probe: DriftProb
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)
         raise
-    frontend, metrics, active = start_frontend(cfg, spec, FrontEnd, _entry_process(cfg))
+    frontend, metrics = start_frontend(cfg, spec, FrontEnd, _entry_process(cfg))
     launcher = Launcher(spec, workers, log_dir, frontend, metrics, cfg.server.restart, spawner_of(cfg, run_dir))
     where = f"logs in {log_dir}"
     if cfg.cluster is not None:
@@ -142,7 +142,6 @@ async def serve(cfg: ServeConfig, report: Report | None = None, probe: DriftProb
         announce.cancel()
         await launcher.stop_all()
         await frontend.close()
-        active.close()
         if cfg.server.log_dir:
             shutil.rmtree(run_dir, ignore_errors=True)
     return 0
@@ -150,23 +149,20 @@ async def serve(cfg: ServeConfig, report: Report | None = None, probe: DriftProb
 
 def start_frontend(
     cfg: ServeConfig, spec: RunSpec, frontend_cls: type[FrontEnd], entry: int
-) -> tuple[FrontEnd, Metrics, ActiveCounter]:
-    """A started front end of class ``frontend_cls`` (entry process ``entry``), its metrics and the shared
-    active-request counter it writes (with replicas also one count per process, :class:`Pinning`)."""
+) -> tuple[FrontEnd, Metrics]:
+    """A started front end of class ``frontend_cls`` (entry process ``entry``) and its metrics; in the routed mode
+    it sends every subserver process its active-request count (with replicas, the requests pinned to it:
+    :class:`Pinning`)."""
     replica_names = [[m.process_name(r) for r in range(m.replicas)] for m in cfg.models]
     metrics = Metrics([m.name for m in cfg.models], replica_names)
-    active = ActiveCounter(spec.endpoints.active_file, writable=True)
     table = spec.table
-    pinning = None
-    if table.has_replicas:
-        counters = [ActiveCounter(spec.active_file(p), writable=True) for p in range(table.num_procs)]
-        pinning = Pinning(table, counters)
+    pinning = Pinning(table) if table.has_replicas else None
     frontend = frontend_cls(
         spec.endpoints.bind_address(FRONTEND),
         {},  # workers are connected as they report ready (trserve.server.launch)
         entry=entry,
         num_models=cfg.num_models,
-        active=active,
+        num_subservers=table.num_procs if cfg.mode == "routed" else 0,
         metrics=metrics,
         max_active=cfg.server.max_active_requests,
         max_waiting=cfg.server.max_waiting_requests,
@@ -174,7 +170,7 @@ def start_frontend(
         pinning=pinning,
     )
     frontend.start()
-    return frontend, metrics, active
+    return frontend, metrics
 
 
 def _entry_process(cfg: ServeConfig) -> int:

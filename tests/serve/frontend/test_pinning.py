@@ -6,38 +6,33 @@ from trcore.replicas import PIN_KEY, ReplicaTable
 from trserve.frontend.generation import Generation
 from trserve.frontend.pinning import Pinning
 from trserve.runtime.messages import StepReport
-from trserve.runtime.transport import ActiveCounter
 
 TABLE = ReplicaTable((3, 1))  # small x3 (processes 0-2), large x1 (process 3)
 
 
-def make(tmp_path) -> tuple[Pinning, list[ActiveCounter]]:
-    files = [str(tmp_path / f"active-{p}") for p in range(TABLE.num_procs)]
-    pinning = Pinning(TABLE, [ActiveCounter(f, writable=True) for f in files])
-    return pinning, [ActiveCounter(f) for f in files]
+def make() -> Pinning:
+    return Pinning(TABLE)
 
 
 def gen(i: int) -> Generation:
     return Generation(RequestSpec(f"r{i}", 3, 8), [1, 2, 3], {"decision_key": i})
 
 
-def test_a_burst_spreads_round_robin_and_the_counts_reach_the_replicas(tmp_path):
-    pinning, readers = make(tmp_path)
+def test_a_burst_spreads_round_robin_and_each_replica_counts_its_pins():
+    pinning = make()
     gens = [gen(i) for i in range(7)]
     extras = [pinning.pin(g) for g in gens]
-    pinning.publish()
     assert [g.pins for g in gens] == [(0, 0), (1, 0), (2, 0), (0, 0), (1, 0), (2, 0), (0, 0)]
     assert extras[4] == {"decision_key": 4, PIN_KEY: [1, 0]}  # the request's own extra is kept
-    assert [r.read() for r in readers] == [3, 2, 2, 7]
+    assert pinning.pinned == [3, 2, 2, 7]
     assert [pinning.process(g, 0) for g in gens[:3]] == [0, 1, 2]
     for g in gens[:3]:
         pinning.unpin(g)
-    pinning.publish()
-    assert [r.read() for r in readers] == [2, 1, 1, 4]
+    assert pinning.pinned == [2, 1, 1, 4]
 
 
-def test_a_reported_queue_steers_new_requests_elsewhere(tmp_path):
-    pinning, _ = make(tmp_path)
+def test_a_reported_queue_steers_new_requests_elsewhere():
+    pinning = make()
     pinning.on_report(StepReport(0, 4, 4, 0.01, 5, 5, 0, 0.0, replica=0))  # replica 0 has 5 ready
     pinning.on_report(StepReport(0, 1, 1, 0.01, 1, 1, 0, 0.0, replica=2))
     assert [pinning.pin(gen(i))[PIN_KEY][0] for i in range(4)] == [1, 1, 2, 1]

@@ -20,7 +20,7 @@ from trserve.frontend.streaming import GenerationFailed
 from trserve.runtime.endpoints import Endpoints
 from trserve.runtime.loop import SubserverLoop
 from trserve.runtime.messages import Abort, Failed, Finished, Rewire, StepReport
-from trserve.runtime.transport import FRONTEND, ActiveCounter, Mailbox
+from trserve.runtime.transport import FRONTEND, Mailbox
 
 
 class Bench:
@@ -31,8 +31,8 @@ class Bench:
         book = ep.address_book()
         self.models = [Mailbox(book[m], {FRONTEND: book[FRONTEND]}) for m in range(2)]
         self.metrics = Metrics(["large", "small"])
-        active = ActiveCounter(ep.active_file, writable=True)
-        self.fe = FrontEnd(book[FRONTEND], {m: book[m] for m in range(2)}, 0, 2, active, self.metrics, max_active, 4)
+        # No counts (0 subservers): the tests here read exactly what the front end sends the two models.
+        self.fe = FrontEnd(book[FRONTEND], {m: book[m] for m in range(2)}, 0, 2, 0, self.metrics, max_active, 4)
         self.recovery = Recovery(self.fe, self.metrics, stall_timeout_s=5.0)
 
     def submit(self, rid: str, prompt: list[int], max_tokens: int = 10, extra: dict | None = None) -> Generation:
@@ -208,8 +208,7 @@ def test_killed_model_resumes_every_request_with_the_uninterrupted_tokens(tmp_pa
         ep = Endpoints(str(tmp_path), 2)
         models = [Model(ep, 0), Model(ep, 1)]
         metrics = Metrics(["large", "small"])
-        active = ActiveCounter(ep.active_file, writable=True)
-        fe = FrontEnd(ep.frontend, {m: ep.inbox(m) for m in range(2)}, 0, 2, active, metrics, 16, 16)
+        fe = FrontEnd(ep.frontend, {m: ep.inbox(m) for m in range(2)}, 0, 2, 2, metrics, 16, 16)
         recovery = Recovery(fe, metrics, stall_timeout_s=None)
         fe.start()
         gens = {f"r{i}": fe.submit(RequestSpec(f"r{i}", 3, 30), [300 + i, 400, 500 + i], {"handoff_prob": 0.4})

@@ -9,8 +9,8 @@ from trserve.engine.hash import HashEngine, hash_next
 from trserve.frontend.generation import Generation
 from trserve.runtime.endpoints import Endpoints
 from trserve.runtime.loop import SubserverLoop
-from trserve.runtime.messages import Abort, Handoffs, Probe, State, StepReport
-from trserve.runtime.transport import FRONTEND, ActiveCounter, Mailbox
+from trserve.runtime.messages import Abort, Active, Handoffs, Probe, State, StepReport
+from trserve.runtime.transport import FRONTEND, Mailbox
 
 
 def reference(prompt, rid, schedule, prob, max_tokens, seed=0):
@@ -37,17 +37,18 @@ class System:
         ep = Endpoints(str(tmp_path), 2, (0, 0))
         book = ep.address_book()
         self.front = Mailbox(book[FRONTEND], {m: ep.inbox(m) for m in range(2)})
-        self.active = ActiveCounter(ep.active_file, writable=True)
-        reader = ActiveCounter(ep.active_file)
         self.engines = [HashEngine(m) for m in range(2)]
         self.loops = []
         for m in range(2):
             peers = {k: v for k, v in book.items() if k != m}
             sub = Subserver(ScheduleProgram(m, 2), BatchingPolicy(threshold=threshold, max_wait_s=max_wait_s))
-            self.loops.append(
-                SubserverLoop(sub, self.engines[m], Mailbox(book[m], peers), reader.read, idle_poll_s=0.0)
-            )
+            self.loops.append(SubserverLoop(sub, self.engines[m], Mailbox(book[m], peers), idle_poll_s=0.0))
         self.outputs, self.reports = {}, []
+
+    def publish(self, count):
+        """What the front end sends each subserver when the active count changes."""
+        for m in range(2):
+            self.front.send(m, Active(count))
 
     def submit(self, rid, prompt, max_tokens, extra):
         spec = RequestSpec(rid, len(prompt), max_tokens)
@@ -72,7 +73,7 @@ def test_random_handoffs_match_reference_and_release_everything(tmp_path):
     rng = random.Random(1)
     requests = {f"r{i}": ([rng.randrange(200, 900) for _ in range(rng.randrange(1, 6))], rng.randrange(1, 12))
                 for i in range(24)}  # fmt: skip
-    system.active.write(len(requests))
+    system.publish(len(requests))
     for rid, (prompt, max_tokens) in requests.items():
         system.submit(rid, prompt, max_tokens, {"handoff_prob": 0.4, "schedule": [[1, False]] if rid == "r3" else []})
     system.run(lambda: len(system.outputs) == len(requests) and not any(loop.sub.requests for loop in system.loops))
@@ -93,7 +94,7 @@ def test_a_step_sends_each_peer_one_message_with_all_its_handoffs(tmp_path):
     for loop in system.loops:  # record every send (no reference back to the loop: a cycle would keep its sockets)
         send, model = loop.mailbox.send, loop.model
         loop.mailbox.send = lambda dest, msg, model=model, send=send: (sent.append((model, dest, msg)), send(dest, msg))
-    system.active.write(8)
+    system.publish(8)
     ids = [f"h{i}" for i in range(8)]
     for i, rid in enumerate(ids):
         system.submit(rid, [500 + i, 7], 3, {"schedule": [[1, True]], "handoff_prob": 0.0})
@@ -135,11 +136,3 @@ def test_abort_frees_every_model_and_drops_late_handoffs(tmp_path):
     system.run(lambda: any(isinstance(r, State) for r in system.reports))
     state = next(r for r in system.reports if isinstance(r, State))
     assert (state.token, state.num_resident, state.kv_usage) == (7, 0, 0.0) and state.rss_bytes > 0
-
-
-def test_active_counter_is_shared_without_locks(tmp_path):
-    writer = ActiveCounter(str(tmp_path / "n"), writable=True)
-    reader = ActiveCounter(str(tmp_path / "n"))
-    for value in (0, 5, 2**40):
-        writer.write(value)
-        assert reader.read() == value

@@ -15,8 +15,8 @@ from trserve.frontend.generation import Generation
 from trserve.frontend.pinning import Pinning
 from trserve.runtime.endpoints import Endpoints
 from trserve.runtime.loop import SubserverLoop
-from trserve.runtime.messages import StepReport
-from trserve.runtime.transport import FRONTEND, ActiveCounter, Mailbox
+from trserve.runtime.messages import Active, StepReport
+from trserve.runtime.transport import FRONTEND, Mailbox
 
 TABLE = ReplicaTable((2, 2))
 
@@ -28,27 +28,29 @@ class ReplicaSystem:
         ep = Endpoints(str(tmp_path), TABLE.num_procs, (0,) * TABLE.num_procs)
         book = ep.address_book()
         self.front = Mailbox(book[FRONTEND], {p: ep.inbox(p) for p in range(TABLE.num_procs)})
-        files = [f"{ep.active_file}-{p}" for p in range(TABLE.num_procs)]
-        self.pinning = Pinning(TABLE, [ActiveCounter(f, writable=True) for f in files])
+        self.pinning = Pinning(TABLE)
         self.loops = []
         for p, (model, replica) in enumerate(TABLE.procs):
             peers = {k: v for k, v in book.items() if k != p}
             sub = Subserver(ScheduleProgram(model, 2), BatchingPolicy(threshold=2, max_wait_s=0.001))
-            reader = ActiveCounter(files[p])
             mailbox = Mailbox(book[p], peers)
-            loop = SubserverLoop(sub, HashEngine(model), mailbox, reader.read, idle_poll_s=0.0, table=TABLE,
-                                 replica=replica)  # fmt: skip
+            loop = SubserverLoop(sub, HashEngine(model), mailbox, idle_poll_s=0.0, table=TABLE, replica=replica)
             self.loops.append(loop)
         self.outputs: dict[str, list[int]] = {}
         self.visits: dict[tuple[str, int], set[int]] = defaultdict(set)
         self.gens: dict[str, Generation] = {}
+
+    def publish(self):
+        """What the front end sends each replica: the requests pinned to it."""
+        for p, count in enumerate(self.pinning.pinned):
+            self.front.send(p, Active(count))
 
     def submit(self, rid, prompt, max_tokens, extra):
         spec = RequestSpec(rid, len(prompt), max_tokens)
         gen = Generation(spec, prompt, extra)
         self.gens[rid] = gen
         pinned = self.pinning.pin(gen)
-        self.pinning.publish()
+        self.publish()
         msg = PeerReq(rid, 0, tuple(prompt), (0, 0), CLIENT, spec=spec, extra=pinned)
         self.front.send(self.pinning.process(gen, 0), msg)
 
@@ -61,7 +63,7 @@ class ReplicaSystem:
         for done in report.finished:
             self.outputs[done.request_id] = list(done.token_ids)
             self.pinning.unpin(self.gens[done.request_id])
-        self.pinning.publish()
+        self.publish()
 
     def run(self, until, timeout_s=60.0):
         deadline = time.monotonic() + timeout_s

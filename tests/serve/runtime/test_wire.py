@@ -48,6 +48,7 @@ SAMPLES = [
     messages.Ready(0, 123, 0.0, ("entropy", "token_ids")),
     messages.Abort("x"),
     messages.Shutdown(),
+    messages.Active(12),
     messages.Probe(3, True),
     messages.Rewire(1, "ipc:///tmp/x"),
     messages.Release(["a", "b"]),

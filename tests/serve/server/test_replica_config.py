@@ -68,16 +68,13 @@ def test_real_engines_need_a_core_per_process_stand_ins_may_share():
     assert len(shared) == 5 and all(len(p.cpus) == 1 for p in shared)
 
 
-def test_the_process_table_names_workers_and_their_active_counts(tmp_path):
+def test_the_process_table_names_workers_and_their_models(tmp_path):
     cfg = make({"replicas": 2})
     places = place_processes(list(cfg.models), "hash", cpus=[0, 1, 2])
     workers = worker_specs(cfg, places)
     assert [(w.index, w.name) for w in workers] == [(0, "small-r0"), (1, "small-r1"), (2, "large")]
     spec = RunSpec(cfg, ("/x", "/y"), (1, 1), tuple(places), Endpoints(str(tmp_path), 3, (0, 0, 0)))
     assert spec.table.procs == ((0, 0), (0, 1), (1, 0))
-    assert [spec.active_file(p) for p in range(3)] == [f"{tmp_path}/active-{p}" for p in range(3)]
-    single = RunSpec(make(), ("/x", "/y"), (1, 1), tuple(places[:2]), Endpoints(str(tmp_path), 2, (0, 0)))
-    assert single.active_file(1) == f"{tmp_path}/active"  # one replica each: the system-wide count, as before
 
 
 def test_too_few_cores_for_real_replicas_is_one_line_and_exit_2(tmp_path):
