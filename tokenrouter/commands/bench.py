@@ -56,7 +56,7 @@ def bench(
     from trserve.bench.display import BenchDisplay
     from trserve.bench.drift import probe_bench
     from trserve.bench.outputs import write_outputs
-    from trserve.bench.predict import check_num_models
+    from trserve.bench.predict import check_num_models, check_one_copy
     from trserve.bench.runner import BenchRunner
     from trserve.bench.systems import check_names
     from trserve.config import ServeConfig, load_config
@@ -70,6 +70,7 @@ def bench(
         raise ConfigError("--drift", f"unknown mode {drift!r}; valid: {', '.join(DRIFT_MODES)}")
     opt.check_positive(drift_tolerance, "--drift-tolerance")
     base = (load_config(config) if config is not None else default_config()).model_dump(mode="json")
+    check_one_copy([m.get("replicas", 1) for m in base["models"]])
     if "vllm-server" in sys_names and base.get("backend") != "vllm":
         raise ConfigError("systems", f"vllm-server needs real engines (backend: vllm), not {base.get('backend')!r}")
     base["server"]["max_active_requests"] = max(base["server"]["max_active_requests"], max(ns))

@@ -80,6 +80,17 @@ def check_num_models(num_models: int) -> None:
         )
 
 
+def check_one_copy(replicas: Sequence[int]) -> None:
+    """The bench's systems, counters and predictions are per model, one copy each; refuse replicas rather than
+    read a replica's counters as a model's and predict a pipeline the server does not run."""
+    if max(replicas, default=1) > 1:
+        raise ConfigError(
+            "models.replicas",
+            f"tokenrouter bench runs one copy of each model, but the config has replicas {list(replicas)}; "
+            "measure replicas with benchmarks/replicas_bench.py",
+        )
+
+
 def routing_matrices(stats: Sequence[StepStats]) -> tuple[list[list[float]], list[list[float]]]:
     """P and C of a two-model (or one-model) system from pooled counters."""
     m = len(stats)

@@ -16,6 +16,9 @@ from trserve.bench.systems import SYSTEMS, system_config
 from trserve.config import ServeConfig
 from trserve.server.defaults import DEFAULT_CONFIG
 
+ROOT = Path(__file__).resolve().parents[3]
+REPLICAS_CONFIG = ROOT / "configs/emulated-r2r-a100-replicas.yaml"
+
 TABLE = {1: [1, 1], 4: [2, 1]}
 
 
@@ -87,6 +90,17 @@ def test_unknown_system_is_one_line_error() -> None:
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
     assert "fastest" in proc.stderr and "lockstep" in proc.stderr
+
+
+def test_a_config_with_replicas_is_one_line_error() -> None:
+    """The bench's counters and predictions are per model: a config with replicas is refused (exit 2) and the
+    message names the benchmark that measures replicas, which exists."""
+    proc = subprocess.run([sys.executable, "-m", "tokenrouter.cli", "bench", "--config", str(REPLICAS_CONFIG)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert "models.replicas" in proc.stderr and "[2, 1]" in proc.stderr
+    assert "benchmarks/replicas_bench.py" in proc.stderr and (ROOT / "benchmarks/replicas_bench.py").is_file()
 
 
 def test_small_bench_runs_every_system_on_real_engines(tmp_path: Path, prepared_pair: tuple[Path, Path]) -> None:
