@@ -1,0 +1,87 @@
+"""Where the real stack loses against the simulator in a cross-validation run: per cell, the measured/simulated
+throughput beside the per-request times (TTFT, TPOT, end to end) and each model's step time over its profile,
+busy fraction and mean batch, real against simulated. Reads a committed ``crossval.json``; writes
+``gap.json`` beside it (or ``--out``).
+
+A closed loop of N clients gives throughput = N x tokens per request / time per request, so a request that takes
+x% longer in the real stack costs about x% of throughput. Splitting that time shows whether it is spent in the
+engine steps (a step longer than its latency), before the first token (HTTP, admission, dispatch) or between
+tokens (hand-offs between processes, a model idle while requests travel).
+
+Run: ``python benchmarks/crossval_gap.py calibration/crossval/emulated-r2r-a100/crossval.json``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+
+def mean_batch(histogram: dict[str, int]) -> float:
+    steps = sum(histogram.values())
+    return sum(int(size) * count for size, count in histogram.items()) / steps if steps else 0.0
+
+
+def cell_gap(cell: dict[str, Any]) -> dict[str, Any]:
+    """One cell's decomposition (times in ms, ratios real/sim)."""
+    real, sim = cell["fidelity"]["real"], cell["fidelity"]["sim"]
+    models = []
+    for m, steps in enumerate(cell["steps"]):
+        profile_s = cell["profile_step_s_at_mean_batch"][m]
+        models.append({
+            "step_over_profile": steps["mean_step_s"] / profile_s - 1.0 if profile_s else None,
+            "busy_fraction_real": steps["busy_fraction"],
+            "mean_batch_real": steps["mean_batch"],
+            "mean_batch_sim": mean_batch(sim["batch_histograms"][m]),
+        })  # fmt: skip
+    return {
+        "concurrency": cell["concurrency"],
+        "thresholds": cell.get("thresholds"),
+        "measured_over_sim": cell["measured_tok_s"] / cell["sim_tok_s"],
+        "e2e_p50_real_over_sim": real["e2e_p50"] / sim["e2e_p50"],
+        "ttft_p50_ms": [1e3 * real["ttft_p50"], 1e3 * sim["ttft_p50"]],
+        "tpot_p50_real_over_sim": real["tpot_p50"] / sim["tpot_p50"],
+        "handoffs_per_token": [real["handoffs_per_token"], sim["handoffs_per_token"]],
+        "models": models,
+    }
+
+
+def summarize(gaps: list[dict[str, Any]]) -> dict[str, Any]:
+    def med(values: list[float]) -> float:
+        return statistics.median(values)
+
+    return {
+        "median_measured_over_sim": med([g["measured_over_sim"] for g in gaps]),
+        "median_e2e_p50_real_over_sim": med([g["e2e_p50_real_over_sim"] for g in gaps]),
+        "median_tpot_p50_real_over_sim": med([g["tpot_p50_real_over_sim"] for g in gaps]),
+        "median_ttft_extra_ms": med([g["ttft_p50_ms"][0] - g["ttft_p50_ms"][1] for g in gaps]),
+        "median_step_over_profile": [
+            med([g["models"][m]["step_over_profile"] for g in gaps]) for m in range(len(gaps[0]["models"]))
+        ],
+        "median_mean_batch_real_over_sim": [
+            med([g["models"][m]["mean_batch_real"] / g["models"][m]["mean_batch_sim"] for g in gaps])
+            for m in range(len(gaps[0]["models"]))
+        ],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("crossval_json", type=Path)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    doc = json.loads(args.crossval_json.read_text())
+    cells = [c for c in doc["cells"] if c.get("fidelity") and c.get("steps")]
+    gaps = [cell_gap(c) for c in cells]
+    out = args.out or args.crossval_json.with_name("gap.json")
+    result = {"command": f"python benchmarks/crossval_gap.py {args.crossval_json}", "source": str(args.crossval_json),
+              "source_created": doc.get("created"), "summary": summarize(gaps), "cells": gaps}  # fmt: skip
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result["summary"], indent=1))
+
+
+if __name__ == "__main__":
+    main()
