@@ -16,7 +16,8 @@ from trserve.config import ServeConfig
 from trserve.engine.tokenizer import Tokenizer
 from trserve.frontend.admission import Limits, Refused, admit
 from trserve.frontend.api_models import ChatCompletionRequest, CompletionRequest, SamplingFields
-from trserve.frontend.book import FrontEnd, Overloaded, Unavailable
+from trserve.frontend.book import FrontEnd
+from trserve.frontend.generation import Overloaded, Unavailable
 from trserve.frontend.guards import guard
 from trserve.frontend.metrics import Metrics
 from trserve.frontend.responses import Provenance, ResponseFormat, to_json

@@ -8,7 +8,6 @@ the subservers in messages (:mod:`trserve.frontend.counts`).
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
 from collections import deque
@@ -17,26 +16,15 @@ from typing import Any
 
 from trcore import PeerReq, RequestSpec
 from trserve.frontend.counts import CountPublisher
-from trserve.frontend.generation import Failure, Generation
+from trserve.frontend.generation import Failure, Generation, Overloaded, Unavailable
 from trserve.frontend.metrics import Metrics
 from trserve.frontend.pinning import Pinning
-from trserve.runtime.messages import Abort, Failed, Finished, Probe, Ready, State, StepReport
+from trserve.frontend.probes import Prober
+from trserve.runtime.messages import Abort, Failed, Finished, Ready, State, StepReport
 from trserve.runtime.reports import touched_requests
 from trserve.runtime.transport import AsyncMailbox, CurveKeys
 
 log = logging.getLogger(__name__)
-
-
-class Overloaded(Exception):
-    """More requests wait than the configured limit (HTTP 429)."""
-
-
-class Unavailable(Exception):
-    """The server cannot serve now (a model is down or restarting; HTTP 503)."""
-
-    def __init__(self, message: str, retry_after_s: int | None = None) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
 
 
 class FrontEnd:
@@ -79,9 +67,7 @@ class FrontEnd:
         self.on_ready: Callable[[Ready], None] | None = None
         self.mailbox = AsyncMailbox(inbox_address, inboxes, keys)
         self.counts = CountPublisher(num_subservers, self.mailbox.send, inboxes)
-        self._probes: dict[int, tuple[asyncio.Future[list[State]], int]] = {}
-        self._probe_states: dict[int, list[State]] = {}
-        self._tokens = itertools.count()
+        self.prober = Prober(self.mailbox.send)  # not self.send: no reference cycle back to the front end
         self._receiver: asyncio.Task[None] | None = None
 
     # -- wiring -----------------------------------------------------------------------------------------------
@@ -244,7 +230,7 @@ class FrontEnd:
         if isinstance(msg, StepReport):
             self._on_step(msg)
         elif isinstance(msg, State):
-            self._on_state(msg)
+            self.prober.on_state(msg)
         elif isinstance(msg, Ready):
             waiter = self.ready_waiters.pop(msg.model, None)
             if waiter is not None and not waiter.done():  # only a worker being started may report an address
@@ -305,29 +291,5 @@ class FrontEnd:
 
     async def probe(self, timeout_s: float = 5.0, detail: bool = False) -> list[State]:
         """Ask every live process for its state (resident requests, KV usage, memory)."""
-        token = next(self._tokens)
         live = [p for p in self.mailbox.destinations if p not in self.down]
-        if not live:
-            return []
-        fut: asyncio.Future[list[State]] = asyncio.get_running_loop().create_future()
-        self._probes[token] = (fut, len(live))
-        self._probe_states[token] = []
-        for proc in live:
-            self.send(proc, Probe(token, detail))
-        try:
-            return await asyncio.wait_for(fut, timeout_s)
-        except TimeoutError:
-            return self._probe_states.get(token, [])
-        finally:
-            self._probes.pop(token, None)
-            self._probe_states.pop(token, None)
-
-    def _on_state(self, state: State) -> None:
-        states = self._probe_states.get(state.token)
-        probe = self._probes.get(state.token)
-        if states is None or probe is None:
-            return
-        fut, expected = probe
-        states.append(state)
-        if len(states) >= expected and not fut.done():
-            fut.set_result(sorted(states, key=lambda s: (s.model, s.replica)))
+        return await self.prober.ask(live, timeout_s, detail)

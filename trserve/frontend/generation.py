@@ -123,3 +123,15 @@ class Generation:
         extra, self.routes = {**extra, INCARNATION: self.incarnation}, {}
         ids = (*self.prompt_token_ids, *self.output)
         return model, PeerReq(self.request_id, 0, ids, (0,) * num_models, CLIENT, spec=spec, extra=extra)
+
+
+class Overloaded(Exception):
+    """More requests wait than the configured limit (HTTP 429)."""
+
+
+class Unavailable(Exception):
+    """The server cannot serve now (a model is down or restarting; HTTP 503)."""
+
+    def __init__(self, message: str, retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
