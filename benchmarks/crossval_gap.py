@@ -1,7 +1,8 @@
 """Where the real stack loses against the simulator in a cross-validation run: per cell, the measured/simulated
 throughput beside the per-request times (TTFT, TPOT, end to end) and each model's step time over its profile,
-busy fraction and mean batch, real against simulated. Reads a committed ``crossval.json``; writes
-``gap.json`` beside it (or ``--out``).
+busy fraction and mean batch, real against simulated, and the hand-offs each model received: their mean transit
+beyond the step in progress and the share that missed a launch (runs made since the loop measures them).
+Reads a committed ``crossval.json``; writes ``gap.json`` beside it (or ``--out``).
 
 A closed loop of N clients gives throughput = N x tokens per request / time per request, so a request that takes
 x% longer in the real stack costs about x% of throughput. Splitting that time shows whether it is spent in the
@@ -36,6 +37,8 @@ def cell_gap(cell: dict[str, Any]) -> dict[str, Any]:
             "busy_fraction_real": steps["busy_fraction"],
             "mean_batch_real": steps["mean_batch"],
             "mean_batch_sim": mean_batch(sim["batch_histograms"][m]),
+            "handoff_transit_ms": steps.get("handoff_transit_ms"),
+            "handoffs_late_share": steps.get("handoffs_late_share"),
         })  # fmt: skip
     return {
         "concurrency": cell["concurrency"],
@@ -53,7 +56,14 @@ def summarize(gaps: list[dict[str, Any]]) -> dict[str, Any]:
     def med(values: list[float]) -> float:
         return statistics.median(values)
 
+    def per_model(key: str) -> list[float | None]:
+        values = [[g["models"][m][key] for g in gaps if g["models"][m].get(key) is not None] for m in range(models)]
+        return [med(v) if v else None for v in values]
+
+    models = len(gaps[0]["models"])
     return {
+        "median_handoff_transit_ms": per_model("handoff_transit_ms"),
+        "median_handoffs_late_share": per_model("handoffs_late_share"),
         "median_measured_over_sim": med([g["measured_over_sim"] for g in gaps]),
         "median_e2e_p50_real_over_sim": med([g["e2e_p50_real_over_sim"] for g in gaps]),
         "median_tpot_p50_real_over_sim": med([g["tpot_p50_real_over_sim"] for g in gaps]),

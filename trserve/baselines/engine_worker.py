@@ -12,8 +12,8 @@ import sys
 import time
 
 from trserve.engine.types import Engine, EngineStepError, StepItem
-from trserve.runtime.loop import emulated_fields, rss_bytes
 from trserve.runtime.messages import Abort, Probe, Ready, Release, Rewire, Shutdown, State, StepCall, StepReply
+from trserve.runtime.reports import emulated_fields, rss_bytes
 from trserve.runtime.runspec import RunSpec
 from trserve.runtime.transport import FRONTEND
 from trserve.runtime.worker import start_engine, worker_main

@@ -45,6 +45,10 @@ class StepRecord:
     step_s: float
     num_new_tokens: int
     num_handoffs: int = 0
+    #: Hand-off messages this model received since its previous step, and their summed transit (seconds).
+    handoffs_received: int = 0
+    handoff_transit_s: float = 0.0
+    handoffs_late: int = 0
 
 
 class CrossvalFrontEnd(FrontEnd):
@@ -65,7 +69,15 @@ class CrossvalFrontEnd(FrontEnd):
         if isinstance(msg, StepReport):
             self.step_log.append(
                 StepRecord(
-                    time.monotonic(), msg.model, msg.batch_size, msg.step_s, msg.num_new_tokens, msg.num_handoffs
+                    time.monotonic(),
+                    msg.model,
+                    msg.batch_size,
+                    msg.step_s,
+                    msg.num_new_tokens,
+                    msg.num_handoffs,
+                    msg.handoffs_received,
+                    msg.handoff_transit_s,
+                    msg.handoffs_late,
                 )
             )
         super().handle(msg)

@@ -80,16 +80,21 @@ async def measure(
 
 
 def step_breakdown(steps: Sequence[StepRecord], num_models: int, measure_s: float) -> list[dict[str, float]]:
-    """Per model: steps, mean batch, mean engine step time and busy fraction in the window."""
+    """Per model: steps, mean batch, mean engine step time, busy fraction in the window, and the hand-off
+    messages it received with their mean transit (ms)."""
     out = []
     for m in range(num_models):
         mine = [s for s in steps if s.model == m]
+        received = sum(s.handoffs_received for s in mine)
         out.append(
             {
                 "num_steps": len(mine),
                 "mean_batch": statistics.fmean(s.batch_size for s in mine) if mine else 0.0,
                 "mean_step_s": statistics.fmean(s.step_s for s in mine) if mine else 0.0,
                 "busy_fraction": sum(s.step_s for s in mine) / measure_s if measure_s else 0.0,
+                "handoffs_received": received,
+                "handoff_transit_ms": 1e3 * sum(s.handoff_transit_s for s in mine) / received if received else None,
+                "handoffs_late_share": sum(s.handoffs_late for s in mine) / received if received else None,
             }
         )
     return out

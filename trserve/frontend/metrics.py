@@ -63,6 +63,25 @@ class Metrics:
         self.emulated_wait_cpu = Counter(
             "tokenrouter_emulated_wait_cpu_seconds", "Emulated engines: CPU of the waits", ["model"], registry=reg
         )
+        self.transit_seconds = Counter(
+            "tokenrouter_handoff_transit_seconds",
+            "Hand-off messages: seconds from their sending (or the end of the receiver's step then in progress) to the"
+            " receiver's loop taking them, summed",
+            ["model"],
+            registry=reg,
+        )
+        self.handoffs_received = Counter(
+            "tokenrouter_handoffs_received",
+            "Hand-off messages received (one per sender's step)",
+            ["model"],
+            registry=reg,
+        )
+        self.handoffs_late = Counter(
+            "tokenrouter_handoffs_late",
+            "Hand-off messages that missed a launch (the receiver stepped after they were sent, without them)",
+            ["model"],
+            registry=reg,
+        )
         self.up = Gauge("tokenrouter_model_up", "1 while a model's process serves", ["model"], registry=reg)
         self.restarts = Counter("tokenrouter_model_restarts", "Subserver restarts", ["model"], registry=reg)
         self.resumed = Counter(
@@ -106,6 +125,10 @@ class Metrics:
         self.resident.labels(model).set(report.num_resident)
         self.kv_usage.labels(model).set(report.kv_usage)
         self.handoffs.labels(model).inc(report.num_handoffs)
+        if report.handoffs_received:
+            self.handoffs_received.labels(model).inc(report.handoffs_received)
+            self.transit_seconds.labels(model).inc(report.handoff_transit_s)
+            self.handoffs_late.labels(model).inc(report.handoffs_late)
         # A finishing step commits exactly one (its last) token; earlier ones were reported by their steps.
         committed = sum(len(t) for _, _, t in report.tokens) + len(report.finished)
         self.tokens.labels(model).inc(committed)

@@ -11,7 +11,6 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from trcore import CLIENT, Batch, PeerReq, Request, StepResult, Subserver
@@ -30,7 +29,15 @@ from trserve.runtime.messages import (
     StepReport,
     incarnation_of,
 )
-from trserve.runtime.reports import committed_tokens, finished_message, python_objects, resume_points, rss_bytes
+from trserve.runtime.reports import (
+    LoopStats,
+    committed_tokens,
+    emulated_fields,
+    finished_message,
+    python_objects,
+    resume_points,
+    rss_bytes,
+)
 from trserve.runtime.transport import FRONTEND
 
 log = logging.getLogger(__name__)
@@ -45,12 +52,6 @@ class Outbox(Protocol):
     def send(self, dest: int, message: Any) -> None: ...
     def receive_all(self, timeout_s: float | None) -> list[Any]: ...
     def rewire(self, dest: int, address: str) -> None: ...
-
-
-@dataclass
-class LoopStats:
-    num_steps: int = 0
-    num_handoffs: int = 0
 
 
 class SubserverLoop:
@@ -100,7 +101,9 @@ class SubserverLoop:
         self._handle_all(self.mailbox.receive_all(0))
         batch = self.sub.launch(self.clock())
         if batch is not None:
+            self.stats.launched()
             self._step(batch)
+            self.stats.stepped()
             return
         self._handle_all(self.mailbox.receive_all(self._wait_timeout()))
         if self.sub.num_ready == 0 and os.getppid() != self._parent:
@@ -125,6 +128,7 @@ class SubserverLoop:
         if isinstance(msg, PeerReq):
             self._receive(msg)
         elif isinstance(msg, Handoffs):
+            self.stats.received(msg)
             for req in msg.requests:
                 self._receive(req)
         elif isinstance(msg, Active):
@@ -236,7 +240,7 @@ class SubserverLoop:
                 proc = dest if self.table is None else self._process_of(dest, msg, batch)
                 outgoing.setdefault(proc, []).append(msg)
         for proc, msgs in outgoing.items():
-            self.mailbox.send(proc, msgs[0] if len(msgs) == 1 else Handoffs(tuple(msgs)))
+            self.mailbox.send(proc, Handoffs(tuple(msgs), sent_at=time.time()))
         self.stats.num_handoffs += num_handoffs
         done = {f.request_id for f in finished} | set(failed)
         tokens = committed_tokens(batch, before, done)
@@ -255,6 +259,7 @@ class SubserverLoop:
             routes=resume_points(batch, handoffs, done),
             **emulated_fields(self.engine),
             replica=self.replica,
+            **self.stats.take_transit(),
         )
 
     def _process_of(self, model: int, msg: PeerReq, batch: Batch) -> int:
@@ -289,15 +294,6 @@ class SubserverLoop:
             received=dict(getattr(self.mailbox, "counts", {})),
             replica=self.replica,
         )
-
-
-def emulated_fields(engine: Engine) -> dict[str, Any]:
-    """An emulated engine's step latency and wait CPU for the step report (nothing for other engines)."""
-    emulated = getattr(engine, "last_emulated_s", None)
-    if emulated is None:
-        return {}
-    cpu = getattr(engine, "last_wait_cpu_s", 0.0)
-    return {"emulated_s": emulated, "wait_cpu_s": cpu}
 
 
 def unseen_tokens(req: Request, model: int) -> list[int]:

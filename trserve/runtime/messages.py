@@ -33,6 +33,9 @@ class Handoffs:
     a batch of about 18 at once, and each send was a ZeroMQ call and a wake-up of its I/O thread)."""
 
     requests: tuple[PeerReq, ...]
+    #: When the sender sent it (``time.time()``): the receiver measures the transit (across nodes this includes
+    #: the nodes' clock offset).
+    sent_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,11 @@ class StepReport:
     wait_cpu_s: float = 0.0
     #: Which replica of ``model`` stepped (``models[].replicas``; 0 with one copy of each model).
     replica: int = 0
+    #: Hand-off messages this process received since its previous report, their summed transit beyond the step
+    #: in progress (seconds) and how many missed a launch (:class:`trserve.runtime.reports.LoopStats`).
+    handoffs_received: int = 0
+    handoff_transit_s: float = 0.0
+    handoffs_late: int = 0
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,13 @@ live request goes on (the front end's resume points after a crash); per probe, i
 from __future__ import annotations
 
 import contextlib
+import time
+from dataclasses import dataclass
 from typing import Any
 
 from trcore import CLIENT, Batch, PeerReq
-from trserve.runtime.messages import Finished, Route, StepReport
+from trserve.engine.types import Engine
+from trserve.runtime.messages import Finished, Handoffs, Route, StepReport
 
 
 def resume_points(batch: Batch, handoffs: list[tuple[int, PeerReq]], done: set[str]) -> list[Route]:
@@ -66,3 +69,54 @@ def touched_requests(msg: Any) -> list[str]:
     ids = [t[0] for t in msg.tokens] + [r[0] for r in msg.routes]
     ids += [f.request_id for f in msg.finished] + [f.request_id for f in msg.failed]
     return list(dict.fromkeys(ids))
+
+
+@dataclass
+class LoopStats:
+    """A subserver loop's counters: steps, hand-offs sent, and the hand-off messages received since its last
+    report, with what they cost beyond the simulator's idealization (``time.time()``, comparable across processes;
+    across nodes it includes the clocks' offset):
+
+    * ``handoff_transit_s``: summed time from a message's sending, or from the end of the step the receiver was
+      in when it was sent, until the receiver's loop took it (the transit plus the loop's own turnaround; in the
+      simulator a hand-off joins the queue the instant its step ends);
+    * ``handoffs_late``: messages that missed a launch: the receiver launched a step after the message was sent
+      and before it took it (in the simulator that step would have carried the request)."""
+
+    num_steps: int = 0
+    num_handoffs: int = 0
+    handoffs_received: int = 0
+    handoff_transit_s: float = 0.0
+    handoffs_late: int = 0
+    last_launch_at: float = 0.0
+    free_since: float = 0.0
+
+    def launched(self) -> None:
+        self.last_launch_at = time.time()
+
+    def stepped(self) -> None:
+        self.free_since = time.time()
+
+    def received(self, msg: Handoffs) -> None:
+        if not msg.sent_at:
+            return
+        now = time.time()
+        self.handoffs_received += 1
+        self.handoff_transit_s += max(0.0, now - max(msg.sent_at, self.free_since))
+        self.handoffs_late += self.last_launch_at > msg.sent_at
+
+    def take_transit(self) -> dict[str, Any]:
+        """The received hand-offs' fields of a step report, counted from zero again."""
+        taken = {"handoffs_received": self.handoffs_received, "handoff_transit_s": self.handoff_transit_s,
+                 "handoffs_late": self.handoffs_late}  # fmt: skip
+        self.handoffs_received, self.handoff_transit_s, self.handoffs_late = 0, 0.0, 0
+        return taken
+
+
+def emulated_fields(engine: Engine) -> dict[str, Any]:
+    """An emulated engine's step latency and wait CPU for the step report (nothing for other engines)."""
+    emulated = getattr(engine, "last_emulated_s", None)
+    if emulated is None:
+        return {}
+    cpu = getattr(engine, "last_wait_cpu_s", 0.0)
+    return {"emulated_s": emulated, "wait_cpu_s": cpu}

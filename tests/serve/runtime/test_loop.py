@@ -3,6 +3,8 @@
 import random
 import time
 
+import pytest
+
 from trcore import CLIENT, BatchingPolicy, PeerReq, RequestSpec, Subserver
 from trcore.programs.schedule import ScheduleProgram, random_decision
 from trserve.engine.hash import HashEngine, hash_next
@@ -10,6 +12,7 @@ from trserve.frontend.generation import Generation
 from trserve.runtime.endpoints import Endpoints
 from trserve.runtime.loop import SubserverLoop
 from trserve.runtime.messages import Abort, Active, Handoffs, Probe, State, StepReport
+from trserve.runtime.reports import LoopStats
 from trserve.runtime.transport import FRONTEND, Mailbox
 
 
@@ -105,6 +108,42 @@ def test_a_step_sends_each_peer_one_message_with_all_its_handoffs(tmp_path):
     assert [r.is_finished for r in peer[1][1].requests] == [True] * 8  # the releases
     for i, rid in enumerate(ids):
         assert system.outputs[rid] == reference([500 + i, 7], rid, [[1, True]], 0.0, 3), rid
+
+
+def test_received_handoffs_report_their_transit(tmp_path):
+    """A Handoffs message stamped 0.25 s before it was put on the wire: the receiving model's next step report
+    counts it and at least those 0.25 s of transit; the steps of model 0, which received none, report none."""
+    system = System(tmp_path)
+    system.publish(1)
+    spec = RequestSpec("t1", 2, 2)
+    req = PeerReq("t1", 0, (500, 7), (0, 0), 0, spec=spec, extra={"schedule": [], "handoff_prob": 0.0})
+    stamped = time.time() - 0.25
+    system.front.send(1, Handoffs((req,), sent_at=stamped))
+    system.run(lambda: "t1" in system.outputs)
+    steps = [r for r in system.reports if isinstance(r, StepReport)]
+    received = [r for r in steps if r.handoffs_received]
+    assert [r.model for r in received] == [1] and received[0].handoffs_received == 1
+    assert 0.25 <= received[0].handoff_transit_s <= time.time() - stamped
+    assert received[0].handoffs_late == 0  # model 1 had not launched anything since it was sent
+    assert not any(r.handoff_transit_s for r in steps if r.model == 0)
+
+
+def test_transit_counts_from_the_end_of_the_step_in_progress_and_late_messages_missed_a_launch():
+    """A message sent 10 s ago to a receiver that has since launched and finished a step: its wait is counted from
+    that step's end (about 0 s, not 10), and it missed that launch. A message to an idle receiver waits from its
+    sending."""
+    sent_at = time.time() - 10.0
+    busy = LoopStats()
+    busy.launched()
+    busy.stepped()
+    busy.received(Handoffs((), sent_at=sent_at))
+    assert busy.take_transit() == {"handoffs_received": 1, "handoff_transit_s": pytest.approx(0.0, abs=1.0),
+                                   "handoffs_late": 1}  # fmt: skip
+    idle = LoopStats()
+    idle.received(Handoffs((), sent_at=sent_at))
+    taken = idle.take_transit()
+    assert taken["handoff_transit_s"] >= 10.0 and taken["handoffs_late"] == 0
+    assert idle.take_transit() == {"handoffs_received": 0, "handoff_transit_s": 0.0, "handoffs_late": 0}
 
 
 def test_streamed_tokens_reassemble_to_the_final_output(tmp_path):

@@ -85,3 +85,22 @@ def test_metrics_report_emulated_beside_measured_step_time(emulated: tuple[str, 
         mean_error_us = (measured[model] - given[model]) / count * 1e6
         print(f"{mode} {model}: {count:.0f} steps of {LATENCY_MS[model]} ms, mean error {mean_error_us:.0f} us")
     assert "tokenrouter_emulated_wait_cpu_seconds_total" in text
+
+
+def test_metrics_report_handoff_transit(emulated: tuple[str, str]):
+    """Routed, with hand-offs both ways: each model counts the hand-off messages it received and their transit."""
+    mode, url = emulated
+    if mode != "routed":
+        pytest.skip("only the routed mode's subservers hand requests to each other")
+    asyncio.run(ask(url, 0.3))
+    text = httpx.get(url + "/metrics").text
+    sent = metric_values(text, "tokenrouter_handoffs_total")
+    received = metric_values(text, "tokenrouter_handoffs_received_total")
+    transit = metric_values(text, "tokenrouter_handoff_transit_seconds_total")
+    assert set(received) == set(sent) == set(LATENCY_MS) and all(sent.values())
+    for model, count in received.items():
+        assert count > 0 and 0.0 < transit[model] / count < 1.0, (model, count, transit[model])
+        late = metric_values(text, "tokenrouter_handoffs_late_total")[model]
+        assert 0 <= late <= count
+        mean_us = 1e6 * transit[model] / count
+        print(f"{model}: {count:.0f} hand-off messages, mean transit {mean_us:.0f} us, {late:.0f} late")
