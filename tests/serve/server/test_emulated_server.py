@@ -87,11 +87,10 @@ def test_metrics_report_emulated_beside_measured_step_time(emulated: tuple[str, 
     assert "tokenrouter_emulated_wait_cpu_seconds_total" in text
 
 
+@pytest.mark.parametrize("emulated", ["routed"], indirect=True)  # only routed subservers hand requests over
 def test_metrics_report_handoff_transit(emulated: tuple[str, str]):
     """Routed, with hand-offs both ways: each model counts the hand-off messages it received and their transit."""
-    mode, url = emulated
-    if mode != "routed":
-        pytest.skip("only the routed mode's subservers hand requests to each other")
+    _, url = emulated
     asyncio.run(ask(url, 0.3))
     text = httpx.get(url + "/metrics").text
     sent = metric_values(text, "tokenrouter_handoffs_total")
