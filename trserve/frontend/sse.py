@@ -13,15 +13,10 @@ watcher cancels the stream when the client goes, as the task group did: the chun
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Awaitable, Callable, MutableMapping
-from typing import Any
+from collections.abc import AsyncGenerator
 
 from starlette.responses import Response
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
+from starlette.types import Receive, Scope, Send
 
 #: Where the server's own ``send`` is kept in the scope (set by :func:`keep_server_send`).
 SERVER_SEND = "tokenrouter.server_send"
