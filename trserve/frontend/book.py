@@ -66,7 +66,7 @@ class FrontEnd:
         self.ready_waiters: dict[int, asyncio.Future[Ready]] = {}
         self.on_ready: Callable[[Ready], None] | None = None
         self.mailbox = AsyncMailbox(inbox_address, inboxes, keys)
-        self.counts = CountPublisher(num_subservers, self.mailbox.send, inboxes)
+        self.counts = CountPublisher(num_subservers, self.mailbox)
         self.prober = Prober(self.mailbox.send)  # not self.send: no reference cycle back to the front end
         self._receiver: asyncio.Task[None] | None = None
 
@@ -83,7 +83,6 @@ class FrontEnd:
         """Process ``proc`` is (re)starting: drop what was queued for it; hold later messages until it reports
         its address in ``Ready``."""
         self.mailbox.disconnect(proc)
-        self.counts.disconnected(proc)
 
     def send(self, proc: int, message: Any) -> None:
         self.mailbox.send(proc, message)

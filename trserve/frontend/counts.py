@@ -18,21 +18,20 @@ between sees the lower count, whose smaller threshold only launches sooner.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from trserve.runtime.messages import Active
+from trserve.runtime.transport import AsyncMailbox
 
 
 class CountPublisher:
-    """Sends processes ``0 .. num_procs - 1`` their counts with ``send(proc, msg)``, coalesced per event-loop turn;
-    ``connected``: the processes reachable now (the others get theirs when :meth:`connected_to` says they are).
+    """Sends processes ``0 .. num_procs - 1`` their counts through ``mailbox``, coalesced per event-loop turn, to
+    those it is wired to now (``mailbox.addresses``; a process being restarted gets its count when it reconnects).
     It holds no reference to the front end (a cycle would leave the front end's sockets to the cyclic collector)."""
 
-    def __init__(self, num_procs: int, send: Callable[[int, Any], None], connected: Iterable[int] = ()) -> None:
+    def __init__(self, num_procs: int, mailbox: AsyncMailbox) -> None:
         self.num_procs = num_procs
-        self.send = send
-        self.connected = {p for p in connected if 0 <= p < num_procs}
+        self.mailbox = mailbox
         #: The count each process was last sent (absent: none since it connected).
         self.sent: dict[int, int] = {}
         self.num_sent = 0
@@ -48,21 +47,15 @@ class CountPublisher:
 
     def connected_to(self, proc: int) -> None:
         """Process ``proc`` (re)connected: it gets its current count with the next flush (mark it too)."""
-        if 0 <= proc < self.num_procs:
-            self.connected.add(proc)
-            self.sent.pop(proc, None)
-
-    def disconnected(self, proc: int) -> None:
-        """Process ``proc`` is (re)starting: nothing is sent to it until it connects again."""
-        self.connected.discard(proc)
         self.sent.pop(proc, None)
 
     def flush(self, counts: Sequence[int]) -> None:
-        """Send each connected process its count (``counts[proc]``) if it changed since the last one it was sent."""
+        """Send each wired process its count (``counts[proc]``) if it changed since the last one it was sent."""
         self._is_due = False
-        for proc in sorted(self.connected):
+        wired = self.mailbox.addresses
+        for proc in range(self.num_procs):
             count = counts[proc]
-            if self.sent.get(proc) != count:
-                self.send(proc, Active(count))
+            if proc in wired and self.sent.get(proc) != count:
+                self.mailbox.send(proc, Active(count))
                 self.sent[proc] = count
                 self.num_sent += 1
