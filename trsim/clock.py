@@ -10,5 +10,10 @@ def to_ticks(seconds: float) -> int:
     return max(round(seconds * TICKS_PER_S), 1)
 
 
+def cost_ticks(seconds: float) -> int:
+    """A cost in whole ticks: 0 for none, else at least one."""
+    return to_ticks(seconds) if seconds > 0 else 0
+
+
 def to_seconds(ticks: int) -> float:
     return ticks / TICKS_PER_S

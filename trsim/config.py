@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -53,16 +54,26 @@ class PerTokenConfig:
 @dataclass(frozen=True)
 class SimConfig:
     """Everything one run needs. ``latency[m]`` and ``policies[m]`` describe model ``m`` (small to large by
-    convention); requests enter at ``entry_model``; hand-offs take ``transfer_delay_s``. ``per_token`` set means
-    this run *is* per-token serving; ``per_token_costs`` are the costs the ``per-token`` baseline will use (a
-    scenario's ``per_token`` block), without changing any other run."""
+    convention); requests enter at ``entry_model``. ``per_token`` set means this run *is* per-token serving;
+    ``per_token_costs`` are the costs the ``per-token`` baseline will use (a scenario's ``per_token`` block),
+    without changing any other run.
+
+    The serving stack's own costs (0 by default: an ideal stack):
+
+    * ``transfer_delay_s``: every hand-off message reaches its model this long after the step that made it
+      ended; one figure for all, or one per receiving model;
+    * ``host_overhead_s``: per model, the time its subserver loop spends between the end of a step and the next
+      launch (reports, hand-offs, scheduling): the model is busy for its step latency plus this after every
+      step. The step's tokens and hand-offs come out when the latency has passed; the next launch can
+      only come after the overhead too. Empty: none."""
 
     latency: tuple[LatencyModel, ...]
     policies: tuple[BatchingPolicy, ...]
     router: RouterConfig = field(default_factory=RouterConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     signals: SignalConfig = field(default_factory=SignalConfig)
-    transfer_delay_s: float = 0.0
+    transfer_delay_s: float | tuple[float, ...] = 0.0
+    host_overhead_s: tuple[float, ...] = ()
     entry_model: int = 0
     seed: int = 0
     per_token: PerTokenConfig | None = None
@@ -76,8 +87,9 @@ class SimConfig:
             raise ConfigError("models", "need one latency model and one batching policy per model (at least one)")
         if not 0 <= self.entry_model < self.num_models:
             raise ConfigError("entry_model", f"must be within 0..{self.num_models - 1}")
-        if self.transfer_delay_s < 0:
-            raise ConfigError("transfer_delay_s", f"must be >= 0, got {self.transfer_delay_s}")
+        _check_costs("transfer_delay_s", self.transfer_delay_s, self.num_models)
+        if self.host_overhead_s:
+            _check_costs("host_overhead_s", self.host_overhead_s, self.num_models)
         if self.model_names and len(self.model_names) != self.num_models:
             raise ConfigError("model_names", "need one name per model")
         if self.replicas and (len(self.replicas) != self.num_models or min(self.replicas) < 1):
@@ -88,6 +100,15 @@ class SimConfig:
     @property
     def num_models(self) -> int:
         return len(self.latency)
+
+    def transfer_delay(self, model: int) -> float:
+        """Seconds a hand-off to ``model`` travels."""
+        delays = self.transfer_delay_s
+        return delays[model] if isinstance(delays, tuple) else delays
+
+    def host_overhead(self, model: int) -> float:
+        """Seconds model ``model`` stays busy after each step, beyond its latency."""
+        return self.host_overhead_s[model] if self.host_overhead_s else 0.0
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -126,3 +147,12 @@ class SimConfig:
                 f"{list(self.thresholds)} at concurrency {n}: sum of (B_i - 1) = {slack} must be < {n}, "
                 "else requests can deadlock (lower a threshold or set max_wait_ms)",
             )
+
+
+def _check_costs(name: str, given: float | tuple[float, ...], num_models: int) -> None:
+    """``given``: one figure, or a tuple of one per model; each finite and >= 0."""
+    values = given if isinstance(given, tuple) else (given,)
+    if isinstance(given, tuple) and len(given) != num_models:
+        raise ConfigError(name, f"need one value per model ({num_models}), got {list(given)}")
+    if not all(math.isfinite(v) and v >= 0 for v in values):
+        raise ConfigError(name, f"must be finite and >= 0, got {given}")

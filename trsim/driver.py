@@ -23,7 +23,7 @@ from trcore import CLIENT, Batch, ConfigError, InfeasibleError, PeerReq, Request
 from trcore.replicas import ReplicaTable
 from trsim.baselines import PerTokenLatency
 from trsim.chrome import StepRecord
-from trsim.clock import TICKS_PER_S, to_ticks
+from trsim.clock import TICKS_PER_S, cost_ticks, to_ticks
 from trsim.config import SimConfig
 from trsim.latency import PrefixCachedModel
 from trsim.metrics import RunStats, SimResult
@@ -67,12 +67,14 @@ class Simulation:
         self.subservers = [Subserver(p, config.policies[p.model], record_trace=record_trace) for p in programs]
         self.latency = list(config.latency)
         self.cooldown_ticks = 0
-        self.transfer_ticks = to_ticks(config.transfer_delay_s) if config.transfer_delay_s > 0 else 0
+        #: Per receiving model: ticks a hand-off travels; per process: ticks its model's loop adds to each step.
+        self.transfer_ticks = [cost_ticks(config.transfer_delay(m)) for m in range(n)]
+        self.overhead_ticks = [cost_ticks(config.host_overhead(m)) for m, _ in table.procs]
         if config.per_token is not None:
             pt = config.per_token
             self.latency = [PerTokenLatency(lat, m, pt) for m, lat in enumerate(self.latency)]
-            self.cooldown_ticks = to_ticks(pt.client_rtt_s) if pt.client_rtt_s > 0 else 0
-            self.transfer_ticks = max(self.transfer_ticks, self.cooldown_ticks)
+            self.cooldown_ticks = cost_ticks(pt.client_rtt_s)
+            self.transfer_ticks = [max(t, self.cooldown_ticks) for t in self.transfer_ticks]
         if config.workload.turns > 1 and config.workload.prefix_cache:
             self.latency = [PrefixCachedModel(lat, m, PREFIX_KEY) for m, lat in enumerate(self.latency)]
         self.stats = RunStats(n, table.num_procs)
@@ -166,9 +168,10 @@ class Simulation:
             yield Timeout(env, ticks)
             self.stats.proc_steps[p] += 1
             self._complete(p, batch, launched, ticks)
-            if self.cooldown_ticks:
-                yield Timeout(env, self.cooldown_ticks)
-            elif env.peek() == env.now:  # more happens at this instant: decide to launch after it
+            hold = self.cooldown_ticks + self.overhead_ticks[p]  # the step's results are out; the loop is not free
+            if hold:
+                yield Timeout(env, hold)
+            if not self.cooldown_ticks and env.peek() == env.now:  # more happens now: decide to launch after it
                 yield _late_event(env)
 
     def _complete(self, p: int, batch: Batch, launched: int, ticks: int) -> None:
@@ -190,11 +193,12 @@ class Simulation:
             if dest == CLIENT:
                 self._finish(message, now, requests)
                 continue
+            delay = self.transfer_ticks[dest]
             if pins is not None:  # the request's pinned replica of ``dest``
                 dest = self.table.proc(dest, pins[message.request_id][dest])
-            if self.transfer_ticks:
+            if delay:
                 stats.handoffs += not message.is_finished
-                self._deliver_later(dest, message)
+                self._deliver_later(dest, message, delay)
             elif message.is_finished:  # a release: frees the request's state on a model that holds it
                 self.subservers[dest].receive(message, now)
             else:
@@ -213,8 +217,9 @@ class Simulation:
         if self._target_tokens is not None and self.committed >= self._target_tokens:
             self._stop()
 
-    def _deliver_later(self, dest: int, message: PeerReq) -> None:
-        Timeout(self.env, self.transfer_ticks).callbacks.append(lambda _e: self._deliver(dest, message))
+    def _deliver_later(self, dest: int, message: PeerReq, ticks: int) -> None:
+        """Hand ``message`` to process ``dest`` in ``ticks`` (each message travels on its own)."""
+        Timeout(self.env, ticks).callbacks.append(lambda _e: self._deliver(dest, message))
 
     def _deliver(self, dest: int, message: PeerReq) -> None:
         self.subservers[dest].receive(message, self.env.now / TICKS_PER_S)

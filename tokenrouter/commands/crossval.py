@@ -3,6 +3,8 @@ model and the simulator, and write JSON, a markdown table and a figure (calibrat
 
 from __future__ import annotations
 
+import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,10 @@ def crossval(
     ),
     out: Path | None = typer.Option(None, "--out", help="Output folder [calibration/crossval/<hardware-tag>]."),
     seed: int = typer.Option(0, "--seed", help="Seed of the markov router."),
+    stack_probe: bool = typer.Option(
+        True, "--stack-probe/--no-stack-probe", help="Measure the stack's own costs for the simulator first."
+    ),
+    stack: Path | None = typer.Option(None, "--stack", help="Read the stack costs from a stack.json (no probe)."),
 ) -> None:
     """Cross-validate the throughput model and the simulator against the real server."""
     from tokenrouter import options as opt
@@ -49,6 +55,7 @@ def crossval(
     from trserve.crossval.plan import RouterChoice, make_plan
     from trserve.crossval.predict import emulated_calibration, load_calibration
     from trserve.crossval.run import run_crossval, write_outputs
+    from trserve.crossval.stack import StackProbe, load_stack
     from trserve.crossval.workloads import WORKLOADS, make_workload
     from trserve.hardware import hardware_tag
     from trserve.paths import calibration_dir
@@ -82,6 +89,9 @@ def crossval(
         measure_s=measure_s,
         repeats=repeats,
     )
+    costs = load_stack(stack, cfg.num_models) if stack is not None else None
+    command = shlex.join(["tokenrouter", *sys.argv[1:]])
+    stack_choice = costs if costs is not None else StackProbe(command) if stack_probe else None
     tag = hardware_tag()
     if cfg.backend == "emulated":  # the engines step exactly as the config says: predict from the same latencies
         calibration = emulated_calibration(cfg)
@@ -93,7 +103,7 @@ def crossval(
     for name in workloads:
         client = make_workload(name, cfg, max_tokens, warmup_s, measure_s, seed)
         doc, traces = run_crossval(
-            cfg, plan, calibration, client, sim_s, lambda msg: typer.echo(msg, err=True), drift, drift_tolerance
+            cfg, plan, calibration, client, sim_s, _progress, drift, drift_tolerance, stack_choice
         )
         folder = base if len(workloads) == 1 else base / name
         written = write_outputs(doc, traces, folder, f"Cross-validation on {tag}, {name} workload")
@@ -101,9 +111,16 @@ def crossval(
         typer.echo("wrote " + ", ".join(str(p) for p in written))
 
 
+def _progress(message: str) -> None:
+    typer.echo(message, err=True)
+
+
 def _echo_summary(workload: str, doc: dict[str, Any]) -> None:
+    from trserve.crossval.stack import stack_line
+
     sample = "out of sample" if all(s["out_of_sample"] for s in doc["summary"].values()) else "IN SAMPLE"
     typer.echo(f"{workload} workload ({sample}; drift probe: {doc['drift']['action']}):")
+    typer.echo(f"  simulator's stack costs: {stack_line(doc['stack'])}")
     for name, s in doc["summary"].items():
         lat = s["latency"]
         typer.echo(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from trcore.routing_stats import RoutingStats
@@ -29,7 +30,7 @@ def slowdowns(cell: Mapping[str, Any]) -> list[float]:
 def rescaled(calibration: Calibration, factors: Sequence[float]) -> Calibration:
     """``calibration`` with model m's latencies multiplied by ``factors[m]``."""
     scaled = tuple(ScaledModel(m, f) for m, f in zip(calibration.latency, factors, strict=True))
-    return Calibration(calibration.paths, scaled)
+    return replace(calibration, latency=scaled)
 
 
 def add_rescaled_predictions(

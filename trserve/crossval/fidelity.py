@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from trserve.crossval.harness import CellRun
+from trserve.crossval.harness import CellRun, StepRecord
 from trsim.metrics import SimResult
 
 #: ``summary[router]["latency"]`` keys; ``<name>_p<q>`` with ``e2e`` the simulator's ``latency``.
@@ -122,4 +122,27 @@ def summarize_fidelity(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "handoffs_per_token": _stats([f["handoff_rel_error"] for f in fid], "sim_"),
             "llm_step_share_abs_diff": {"median": statistics.median(shares), "max": max(shares)},
         }
+    return out
+
+
+def step_breakdown(steps: Sequence[StepRecord], num_models: int, measure_s: float) -> list[dict[str, float]]:
+    """Per model: steps, mean batch, mean engine step time, busy fraction in the window, the hand-off messages
+    it received with their mean transit (ms), and the median host gap between steps (ms)."""
+    out = []
+    for m in range(num_models):
+        mine = [s for s in steps if s.model == m]
+        received = sum(s.handoffs_received for s in mine)
+        gaps = [s.host_gap_s for s in mine if s.host_gap_s is not None]
+        out.append(
+            {
+                "num_steps": len(mine),
+                "mean_batch": statistics.fmean(s.batch_size for s in mine) if mine else 0.0,
+                "mean_step_s": statistics.fmean(s.step_s for s in mine) if mine else 0.0,
+                "busy_fraction": sum(s.step_s for s in mine) / measure_s if measure_s else 0.0,
+                "handoffs_received": received,
+                "handoff_transit_ms": 1e3 * sum(s.handoff_transit_s for s in mine) / received if received else None,
+                "handoffs_late_share": sum(s.handoffs_late for s in mine) / received if received else None,
+                "host_gap_median_ms": 1e3 * statistics.median(gaps) if gaps else None,
+            }
+        )
     return out

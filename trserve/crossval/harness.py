@@ -49,6 +49,8 @@ class StepRecord:
     handoffs_received: int = 0
     handoff_transit_s: float = 0.0
     handoffs_late: int = 0
+    #: Seconds the loop spent since the previous step ended, when it went straight on (None after it idled).
+    host_gap_s: float | None = None
 
 
 class CrossvalFrontEnd(FrontEnd):
@@ -78,6 +80,7 @@ class CrossvalFrontEnd(FrontEnd):
                     msg.handoffs_received,
                     msg.handoff_transit_s,
                     msg.handoffs_late,
+                    getattr(msg, "host_gap_s", None),  # TODO(simstack): msg.host_gap_s once StepReport has it
                 )
             )
         super().handle(msg)

@@ -14,6 +14,7 @@ from trcore.routing_stats import RoutingStats, estimate_routing_stats
 from trcore.throughput import ThroughputModel
 from trcore.traces import RequestTrace
 from trserve.config import ServeConfig
+from trserve.crossval.stack import StackCosts
 from trserve.engine.emulated import EmulatedLatency
 from trsim.build import with_traces
 from trsim.config import SimConfig
@@ -28,10 +29,12 @@ QUANTUM_S = 1e-3
 
 @dataclass(frozen=True)
 class Calibration:
-    """Per model: its profile path and latency model (``trsim.latency.LatencyModel``)."""
+    """Per model: its profile path and latency model (``trsim.latency.LatencyModel``); ``stack``: the serving
+    stack's own costs the simulator adds (``trserve.crossval.stack``; the throughput model takes none)."""
 
     paths: tuple[str, ...]
     latency: tuple[Any, ...]
+    stack: StackCosts | None = None
 
     def table(self, model: int, max_batch: int, context: int, extend: float = 0.0) -> list[float]:
         """Step latency (s) of ``model`` for batch sizes 1..max_batch, every request at ``context`` tokens and
@@ -125,7 +128,8 @@ def sim_prediction(
     sim_s: float,
     seed: int = 0,
 ) -> float:
-    """Simulator tok/s of one cell: calibrated latency models, sessions replaying ``traces`` in turn."""
+    """Simulator tok/s of one cell: calibrated latency models and stack costs, sessions replaying ``traces`` in
+    turn."""
     return sim_result(traces, calibration, concurrency, thresholds, max_batch, sim_s, seed).throughput_tok_s
 
 
@@ -145,6 +149,7 @@ def sim_result(
         policies=policies,
         workload=WorkloadConfig(arrival="closed", concurrency=concurrency),
         seed=seed,
+        **(calibration.stack.sim_fields() if calibration.stack is not None else {}),
     )
     config = with_traces(base, traces)
     warmup = max(1, sum(t.output_length for t in traces[:concurrency]) // 2)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from trcore.routing_stats import estimate_routing_stats
 from trserve.crossval.diagnose import add_rescaled_predictions
 from trserve.crossval.predict import load_calibration
 from trserve.crossval.run import write_outputs
+from trserve.crossval.stack import stack_from_doc
 from trsim.tracefile import read_traces
 
 
@@ -25,6 +27,7 @@ def diagnose_outputs(out_dir: str) -> dict[str, Any]:
     num_models = len(cfg["models"])
     names = [m["name"] for m in cfg["models"]]
     calibration = load_calibration(Path(doc["profiles"][0]).parent, names)
+    calibration = replace(calibration, stack=stack_from_doc(doc.get("stack")))
     traces = {r: read_traces(folder / f"traces-{r}.jsonl", num_models) for r in doc["summary"]}
     stats = {r: estimate_routing_stats(t, num_models, entry_model=cfg["entry_model"]) for r, t in traces.items()}
     contexts = {r: (doc["routing"][r]["typical_context"], doc["routing"][r]["typical_extend"]) for r in traces}

@@ -23,8 +23,8 @@ from trserve import eventloop
 from trserve.config import ServeConfig
 from trserve.crossval.diagnose import add_rescaled_predictions, rescaled
 from trserve.crossval.drift import probe_drift
-from trserve.crossval.fidelity import compare, real_fidelity, sim_fidelity, summarize_fidelity
-from trserve.crossval.harness import CellRun, ClientWorkload, StepRecord, crossval_server, run_cell
+from trserve.crossval.fidelity import compare, real_fidelity, sim_fidelity, step_breakdown, summarize_fidelity
+from trserve.crossval.harness import CellRun, ClientWorkload, crossval_server, run_cell
 from trserve.crossval.messages import ProgramChoice
 from trserve.crossval.plan import CrossvalPlan, RouterChoice
 from trserve.crossval.predict import (
@@ -36,6 +36,7 @@ from trserve.crossval.predict import (
     typical_extend,
 )
 from trserve.crossval.report import add_errors, markdown_table, plot_cells, summarize
+from trserve.crossval.stack import STACK_FILE, StackCosts, StackProbe, probe_stack, stack_line
 from trserve.server.drift import DEFAULT_TOLERANCE, DriftReport
 
 Progress = Callable[[str], None]
@@ -60,15 +61,24 @@ async def measure(
     workload: ClientWorkload,
     probe: Callable[[Any], Any] | None,
     progress: Progress,
-) -> tuple[list[Measured], DriftReport | None]:
-    """Run the drift probe (``probe(frontend)``, if any) and then every cell of ``plan`` on one server start."""
+    stack: StackProbe | None = None,
+) -> tuple[list[Measured], DriftReport | None, StackCosts | None]:
+    """Run the drift probe (``probe(frontend)``, if any), the stack probe (if ``stack``) and then every cell of
+    ``plan`` on one server start."""
     cap = max_batch_of(cfg)
     runs: list[Measured] = []
+    costs = None
     async with crossval_server(cfg) as frontend:
         drift = await probe(frontend) if probe is not None else None
         if drift is not None:
             ratios = ", ".join(f"{r:.2f}x" for r in drift.ratios)
             progress(f"drift probe: engines step at {ratios} their profiles ({drift.action})")
+        if stack is not None:
+            router = plan.routers[0]
+            programs = program_factory(router, cfg.num_models)
+            names = [m.name for m in cfg.models]
+            costs = await probe_stack(frontend, programs, asdict(router), names, workload, cap, stack.command)
+            progress(f"stack probe: {stack_line(costs.to_dict())}")
         cells = plan.cells()
         for k, (rep, router, n, b) in enumerate(cells):
             policies = [BatchingPolicy(threshold=t, max_wait_s=None, max_batch=cap) for t in b]
@@ -76,28 +86,7 @@ async def measure(
             run = await run_cell(frontend, program_factory(router, cfg.num_models), policies, n, workload, tag)
             runs.append((rep, router, n, b, run))
             progress(f"[{k + 1}/{len(cells)}] {tag}: {run.throughput_tok_s:.1f} tok/s ({run.num_finished} finished)")
-    return runs, drift
-
-
-def step_breakdown(steps: Sequence[StepRecord], num_models: int, measure_s: float) -> list[dict[str, float]]:
-    """Per model: steps, mean batch, mean engine step time, busy fraction in the window, and the hand-off
-    messages it received with their mean transit (ms)."""
-    out = []
-    for m in range(num_models):
-        mine = [s for s in steps if s.model == m]
-        received = sum(s.handoffs_received for s in mine)
-        out.append(
-            {
-                "num_steps": len(mine),
-                "mean_batch": statistics.fmean(s.batch_size for s in mine) if mine else 0.0,
-                "mean_step_s": statistics.fmean(s.step_s for s in mine) if mine else 0.0,
-                "busy_fraction": sum(s.step_s for s in mine) / measure_s if measure_s else 0.0,
-                "handoffs_received": received,
-                "handoff_transit_ms": 1e3 * sum(s.handoff_transit_s for s in mine) / received if received else None,
-                "handoffs_late_share": sum(s.handoffs_late for s in mine) / received if received else None,
-            }
-        )
-    return out
+    return runs, drift, costs
 
 
 def run_crossval(
@@ -109,8 +98,11 @@ def run_crossval(
     progress: Progress = lambda _msg: None,
     drift_mode: str = "scale",
     drift_tolerance: float = DEFAULT_TOLERANCE,
+    stack: StackProbe | StackCosts | None = None,
 ) -> tuple[dict[str, Any], dict[str, list[RequestTrace]]]:
-    """Probe, measure, predict and summarize; returns the result document and the replayed traces per router."""
+    """Probe, measure, predict and summarize; returns the result document and the replayed traces per router.
+    The simulator adds the serving stack's costs measured by a probe run (``stack``: :class:`StackProbe`), read
+    from a file (:class:`StackCosts`), or none (None)."""
     started = time.time()
     load_before = os.getloadavg()
     names = [m.name for m in cfg.models]
@@ -118,8 +110,12 @@ def run_crossval(
     async def probe(frontend: Any) -> DriftReport:
         return await probe_drift(frontend, workload, calibration, names, max_batch_of(cfg), drift_mode, drift_tolerance)
 
-    runs, drift = eventloop.run(measure(cfg, plan, workload, None if drift_mode == "skip" else probe, progress))
+    drift_probe = None if drift_mode == "skip" else probe
+    stack_probe = stack if isinstance(stack, StackProbe) else None
+    runs, drift, probed = eventloop.run(measure(cfg, plan, workload, drift_probe, progress, stack_probe))
     measured_s = time.time() - started
+    costs = probed or (stack if isinstance(stack, StackCosts) else None)
+    calibration = replace(calibration, stack=costs)
     factors = drift.factors if drift is not None else [1.0] * cfg.num_models
     inputs = input_runs(plan, runs)
     cells, routing, traces, stats = predict_cells(cfg, plan, calibration, factors, runs, inputs, sim_s, progress)
@@ -133,6 +129,7 @@ def run_crossval(
         "summary": summary,
         "inputs": inputs_note(plan),
         "drift": drift.to_dict() if drift is not None else {"action": "not probed"},
+        "stack": costs.to_dict() if costs is not None else {"source": "none: the simulator's stack is ideal"},
         "diagnosis": diagnosis,
         "cells": cells,
         "routing": routing,
@@ -275,12 +272,17 @@ def score_cell(
 
 
 def write_outputs(doc: dict[str, Any], traces: dict[str, list[RequestTrace]], out_dir: Path, title: str) -> list[Path]:
-    """``crossval.json``, ``crossval.md``, ``crossval.png`` and ``traces-<router>.jsonl`` under ``out_dir``."""
+    """``crossval.json``, ``crossval.md``, ``crossval.png``, ``traces-<router>.jsonl`` and, after a stack probe,
+    ``stack.json`` under ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "crossval.json", out_dir / "crossval.md", out_dir / "crossval.png"]
     paths[0].write_text(json.dumps(doc, indent=1) + "\n")
     table = markdown_table(doc["cells"], doc["summary"], doc.get("diagnosis"), doc.get("inputs", ""))
-    paths[1].write_text(f"# {title}\n\n{drift_line(doc.get('drift'))}" + table)
+    stack = f"Simulator's stack costs: {stack_line(doc['stack'])}.\n\n" if "stack" in doc else ""
+    paths[1].write_text(f"# {title}\n\n{drift_line(doc.get('drift'))}{stack}" + table)
+    if doc.get("stack", {}).get("source") == "probe":
+        paths.append(out_dir / STACK_FILE)
+        paths[-1].write_text(json.dumps(doc["stack"], indent=1) + "\n")
     plot_cells(doc["cells"], paths[2], title)
     for name, items in traces.items():
         path = out_dir / f"traces-{name}.jsonl"

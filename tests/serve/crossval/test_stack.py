@@ -1,0 +1,120 @@
+"""Crossval's stack probe: the serving stack's costs summarized from step reports, the simulator running with
+them, ``stack.json`` read back, bad ``--stack`` input, and one emulated run that probes before its cell."""
+
+from __future__ import annotations
+
+import json
+import traceback
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from tokenrouter.commands.crossval import crossval
+from trcore.errors import ConfigError
+from trcore.traces import RequestTrace, TraceStep
+from trserve.crossval.harness import StepRecord
+from trserve.crossval.predict import Calibration, sim_result
+from trserve.crossval.stack import StackCosts, costs_from_steps, load_stack, stack_from_doc, summarize_steps
+from trsim.latency import ConstantModel
+
+app = typer.Typer()
+app.command()(crossval)
+runner = CliRunner()
+EMULATED = "configs/emulated-r2r-a100.yaml"
+
+
+def step(model, batch=1, gap=None, received=0, transit=0.0):
+    return StepRecord(0.0, model, batch, 0.006, batch, 0, received, transit, 0, gap)
+
+
+# Model 0: gaps 1, 2, 4 ms (and one step after an idle loop); hand-offs in two reports: three messages at 1 ms
+# each, then one at 5 ms. Model 1: stepped only after idling, received nothing.
+STEPS = [
+    step(0, batch=1, gap=None, received=3, transit=0.003),
+    step(0, batch=1, gap=0.001),
+    step(0, batch=2, gap=0.002, received=1, transit=0.005),
+    step(0, batch=2, gap=0.004),
+    step(1, batch=1, gap=None),
+]
+
+
+def test_host_gaps_and_transits_are_medians_over_steps_and_messages():
+    small, large = summarize_steps(STEPS, ["small", "large"])
+    assert small["num_host_gaps"] == 3 and small["host_gap_median_s"] == pytest.approx(0.002)
+    assert small["host_gap_mean_s"] == pytest.approx(0.007 / 3)
+    assert small["host_gap_median_s_by_batch"] == pytest.approx({"1": 0.001, "2": 0.003})
+    # Per message: 1, 1, 1, 5 ms -> median 1 ms (the two reports' means alone would give 3 ms).
+    assert small["num_handoffs_received"] == 4 and small["handoff_transit_median_s"] == pytest.approx(0.001)
+    assert small["handoff_transit_mean_s"] == pytest.approx(0.002)
+    assert large["num_steps"] == 1 and large["host_gap_median_s"] is None and large["handoff_transit_median_s"] is None
+
+
+def test_costs_take_the_medians_and_zero_without_samples():
+    costs = costs_from_steps(STEPS, ["small", "large"], {"source": "probe"})
+    assert costs.host_gap_s == pytest.approx((0.002, 0.0)) and costs.handoff_transit_s == pytest.approx((0.001, 0.0))
+    assert costs.sim_fields() == {"host_overhead_s": costs.host_gap_s, "transfer_delay_s": costs.handoff_transit_s}
+    assert stack_from_doc(json.loads(json.dumps(costs.to_dict()))) == costs
+    assert stack_from_doc({"source": "none: the simulator's stack is ideal"}) is None
+
+
+def test_the_simulator_adds_the_stack_costs_to_every_step():
+    # Two sessions that stay on the small model (10 ms steps): one step of both every 10 ms + 2 ms of host gap.
+    traces = [RequestTrace(f"r{k}", (TraceStep(0, 0, True),) * 8, 20, 8) for k in range(4)]
+    latency = (ConstantModel(0.010), ConstantModel(0.020))
+    ideal = sim_result(traces, Calibration(("a", "b"), latency), 2, (1, 1), 8, 5.0)
+    stack = StackCosts((0.002, 0.0), (0.0005, 0.0005))
+    costly = sim_result(traces, Calibration(("a", "b"), latency, stack), 2, (1, 1), 8, 5.0)
+    assert ideal.throughput_tok_s == pytest.approx(2 / 0.010, rel=0.01)
+    assert costly.throughput_tok_s == pytest.approx(2 / 0.012, rel=0.01)
+
+
+def test_a_written_stack_file_reads_back(tmp_path):
+    path = tmp_path / "stack.json"
+    path.write_text(json.dumps({"host_gap_s": [0.0003, 0.0002], "handoff_transit_s": [0.0004, 0.0001], "x": 1}))
+    costs = load_stack(path, 2)
+    assert costs.host_gap_s == (0.0003, 0.0002) and costs.handoff_transit_s == (0.0004, 0.0001)
+    assert costs.source["source"] == f"file {path}" and costs.source["read_from"]["x"] == 1
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "is not a file"),
+        ("{not json", "needs JSON with host_gap_s"),
+        ('{"host_gap_s": [0.1, 0.1]}', "needs JSON with host_gap_s"),
+        ('{"host_gap_s": [0.1], "handoff_transit_s": [0.1]}', "host_gap_s needs one value per model (2)"),
+        ('{"host_gap_s": [0.1, -1], "handoff_transit_s": [0, 0]}', "must be finite seconds >= 0"),
+        ('{"host_gap_s": [0.1, "x"], "handoff_transit_s": [0, 0]}', "must be finite seconds >= 0"),
+    ],
+)
+def test_bad_stack_files_are_one_line_exit_2(tmp_path, content, message):
+    path = tmp_path / "stack.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ConfigError, match="--stack"):
+        load_stack(path, 2)
+    result = runner.invoke(app, ["--config", EMULATED, "--routers", "markov", "--stack", str(path)])
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.serve
+def test_emulated_run_probes_the_stack_before_its_cell(tmp_path):
+    out = tmp_path / "out"
+    args = ["--config", EMULATED, "-n", "4", "--thresholds", "1,1", "--routers", "markov", "--max-tokens", "16",
+            "--warmup-s", "0.3", "--measure-s", "1", "--repeats", "1", "--drift", "skip", "--sim-s", "5",
+            "--out", str(out)]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output + "".join(traceback.format_exception(*result.exc_info))
+    written = json.loads((out / "stack.json").read_text())
+    doc = json.loads((out / "crossval.json").read_text())
+    assert doc["stack"] == written and written["source"] == "probe" and written["probe"]["concurrency"] == 2
+    assert written["probe"]["measure_s"] == 1.0 and written["command"].startswith("tokenrouter ")  # its argv
+    small, large = written["models"]
+    assert small["num_steps"] > 0 and large["num_steps"] > 0
+    # The markov router hands off both ways: each model received hand-offs, and their transit is what the
+    # simulator's hand-offs to that model take.
+    assert small["num_handoffs_received"] > 0 and large["num_handoffs_received"] > 0
+    assert written["handoff_transit_s"] == [small["handoff_transit_median_s"], large["handoff_transit_median_s"]]
+    assert "Simulator's stack costs: host gap" in (out / "crossval.md").read_text()

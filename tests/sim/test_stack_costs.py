@@ -1,0 +1,93 @@
+"""The serving stack's own costs in the simulator: a per-model host overhead after every step and a per-model
+hand-off transfer delay, checked against hand-computed timelines."""
+
+from dataclasses import replace
+
+import pytest
+
+from trcore import BatchingPolicy, ConfigError
+from trsim import RouterConfig, SimConfig, simulate
+from trsim.latency import ConstantModel
+from trsim.lengths import constant
+from trsim.workload import WorkloadConfig
+
+L, H = 0.010, 0.002  # step latency and host overhead of the single model
+
+
+def one_model(concurrency: int, output: int, overhead: float = H, **workload: object) -> SimConfig:
+    wl = WorkloadConfig(concurrency=concurrency, prompt_tokens=constant(3), output_tokens=constant(output), **workload)
+    return SimConfig(
+        (ConstantModel(L),),
+        (BatchingPolicy(1),),
+        RouterConfig("markov", {"P": [[1.0]]}),
+        wl,
+        host_overhead_s=(overhead,),
+    )
+
+
+def test_one_request_at_a_time_costs_latency_plus_overhead_per_token():
+    # N = 1, k = 5 tokens: token j is out at j L + (j - 1) H; the next request arrives with the last token and
+    # waits out the overhead, so every request after the first takes k (L + H) from arrival to its end.
+    result = simulate(one_model(concurrency=1, output=5), tokens=400)
+    assert result.simulated_s == pytest.approx(400 * L + 399 * H)
+    assert result.latency_p50_s == pytest.approx(5 * (L + H))
+    assert result.ttft_p50_s == pytest.approx(H + L)
+    assert result.tpot_p50_s == pytest.approx(L + H)
+    assert result.models[0].busy_fraction == pytest.approx(L / (L + H), rel=1e-3)  # busy: engine time only
+
+
+def test_throughput_scales_with_the_step_cycle():
+    # N = 4 at threshold 1: one step of all four every L + H.
+    result = simulate(one_model(concurrency=4, output=1000), tokens=4000)
+    assert result.throughput_tok_s == pytest.approx(4 / (L + H), rel=1e-3)
+    assert result.models[0].batch_histogram == {4: 1000}
+
+
+def test_zero_overhead_is_the_ideal_stack():
+    ideal = simulate(replace(one_model(concurrency=4, output=7), host_overhead_s=()), tokens=2000)
+    zero = simulate(one_model(concurrency=4, output=7, overhead=0.0), tokens=2000)
+    assert zero.simulated_s == ideal.simulated_s == pytest.approx(2000 / 4 * L)
+
+
+def alternating(delays: tuple[float, float], overheads: tuple[float, float]) -> SimConfig:
+    """One request of 6 tokens alternating model 0 (10 ms) and model 1 (20 ms), every token kept."""
+    traces = [{0: [(1, True)] * 3, 1: [(0, True)] * 3}]
+    wl = WorkloadConfig(concurrency=1, num_sessions=1, prompt_tokens=constant(1), output_tokens=constant(6))
+    return SimConfig(
+        (ConstantModel(0.01), ConstantModel(0.02)),
+        (BatchingPolicy(1), BatchingPolicy(1)),
+        RouterConfig("trace", {"traces": traces}),
+        wl,
+        transfer_delay_s=delays,
+        host_overhead_s=overheads,
+    )
+
+
+def test_each_hand_off_travels_the_delay_of_the_model_it_goes_to():
+    # Steps 0, 1, 0, 1, 0, 1: three hand-offs to model 1 (3 ms each) and two to model 0 (1 ms each).
+    result = simulate(alternating((0.001, 0.003), (0.0, 0.0)))
+    assert result.num_finished == 1
+    assert result.latency_p50_s == pytest.approx(3 * 0.01 + 3 * 0.02 + 3 * 0.003 + 2 * 0.001)
+
+
+def test_a_steps_hand_offs_leave_before_its_overhead():
+    # Each model waits for the other's hand-off longer than its own overhead, so the overhead never delays
+    # the request: hand-offs leave when the step's latency has passed.
+    result = simulate(alternating((0.001, 0.003), (0.004, 0.008)))
+    assert result.latency_p50_s == pytest.approx(3 * 0.01 + 3 * 0.02 + 3 * 0.003 + 2 * 0.001)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("host_overhead_s", (-0.001,)),
+        ("host_overhead_s", (0.001, 0.001)),
+        ("host_overhead_s", (float("nan"),)),
+        ("transfer_delay_s", -1.0),
+        ("transfer_delay_s", (0.001, 0.002)),
+        ("transfer_delay_s", float("inf")),
+    ],
+)
+def test_bad_costs_are_refused(field, value):
+    with pytest.raises(ConfigError, match=field):
+        replace(one_model(concurrency=1, output=5), **{field: value})
