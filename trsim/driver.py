@@ -163,12 +163,15 @@ class Simulation:
                 yield self._idle(p)
                 continue
             launched = env.now
-            duration = latency(batch)
-            ticks = round(duration * TICKS_PER_S) or 1
+            ticks = round(latency(batch) * TICKS_PER_S) or 1
             yield Timeout(env, ticks)
             self.stats.proc_steps[p] += 1
+            overhead, hold = self.overhead_ticks[p], self.cooldown_ticks
+            if overhead and self.config.results_after_overhead:  # published once the loop has launched again
+                yield Timeout(env, overhead)
+            else:
+                hold += overhead  # the step's results are out; the loop is still busy
             self._complete(p, batch, launched, ticks)
-            hold = self.cooldown_ticks + self.overhead_ticks[p]  # the step's results are out; the loop is not free
             if hold:
                 yield Timeout(env, hold)
             if not self.cooldown_ticks and env.peek() == env.now:  # more happens now: decide to launch after it
@@ -218,7 +221,6 @@ class Simulation:
             self._stop()
 
     def _deliver_later(self, dest: int, message: PeerReq, ticks: int) -> None:
-        """Hand ``message`` to process ``dest`` in ``ticks`` (each message travels on its own)."""
         Timeout(self.env, ticks).callbacks.append(lambda _e: self._deliver(dest, message))
 
     def _deliver(self, dest: int, message: PeerReq) -> None:

@@ -30,6 +30,8 @@ class WorkloadConfig:
       ``poisson`` starts sessions at ``rate_per_s``;
     * ``num_sessions``: stop starting sessions after this many (None: no limit; the run ends by tokens or time);
     * lengths from ``prompt_tokens`` / ``output_tokens``, or cycled from ``pairs`` (a lengths file, a trace);
+    * ``think_time_s``: a client's pause between the end of one of its requests and its next: a session's next
+      turn, and in the closed loop the next session (the client's turnaround);
     * ``turns``: requests per session; a follow-up turn's prompt is the previous context plus
       ``turn_prompt_tokens`` new tokens and starts ``think_time_s`` after the previous turn ends; with
       ``prefix_cache`` each model's prefix cache still holds what it had consumed of the previous turns, so
@@ -144,7 +146,7 @@ class WorkloadRunner:
             session.anchors = message.anchors
             self._after(self.config.think_time_s, lambda: self._submit_turn(session))
         elif self.config.arrival == "closed":
-            self._start_session()
+            self._after(self.config.think_time_s, self._start_session)
 
     def _poisson_arrivals(self) -> Generator[simpy.Event, Any, None]:
         while not self.is_exhausted:

@@ -49,6 +49,15 @@ def test_zero_overhead_is_the_ideal_stack():
     assert zero.simulated_s == ideal.simulated_s == pytest.approx(2000 / 4 * L)
 
 
+def test_closed_loop_clients_come_back_after_their_think_time():
+    # N = 1, 5 tokens of 10 ms per request, the next request 3 ms after one ends: 80 requests in 80 x 50 ms plus
+    # 79 pauses.
+    config = replace(one_model(concurrency=1, output=5, overhead=0.0, think_time_s=0.003))
+    result = simulate(config, tokens=400)
+    assert result.simulated_s == pytest.approx(80 * 5 * L + 79 * 0.003)
+    assert result.latency_p50_s == pytest.approx(5 * L)  # the pause is the client's, not the request's
+
+
 def alternating(delays: tuple[float, float], overheads: tuple[float, float]) -> SimConfig:
     """One request of 6 tokens alternating model 0 (10 ms) and model 1 (20 ms), every token kept."""
     traces = [{0: [(1, True)] * 3, 1: [(0, True)] * 3}]
@@ -75,6 +84,22 @@ def test_a_steps_hand_offs_leave_before_its_overhead():
     # the request: hand-offs leave when the step's latency has passed.
     result = simulate(alternating((0.001, 0.003), (0.004, 0.008)))
     assert result.latency_p50_s == pytest.approx(3 * 0.01 + 3 * 0.02 + 3 * 0.003 + 2 * 0.001)
+
+
+def test_results_after_the_overhead_delay_every_hand_off_and_the_end():
+    # A loop that publishes a step while the next one runs: each step's hand-off (and the last one's finish)
+    # leaves only after its model's overhead, 3 x 4 ms on model 0 and 3 x 8 ms on model 1.
+    config = replace(alternating((0.001, 0.003), (0.004, 0.008)), results_after_overhead=True)
+    result = simulate(config)
+    transit = 3 * 0.01 + 3 * 0.02 + 3 * 0.003 + 2 * 0.001
+    assert result.latency_p50_s == pytest.approx(transit + 3 * 0.004 + 3 * 0.008)
+
+
+def test_results_after_the_overhead_keep_one_step_per_latency_plus_overhead():
+    config = replace(one_model(concurrency=1, output=5), results_after_overhead=True)
+    result = simulate(config, tokens=400)
+    assert result.simulated_s == pytest.approx(400 * (L + H))  # every token is out after its step's overhead
+    assert result.latency_p50_s == pytest.approx(5 * (L + H))
 
 
 @pytest.mark.parametrize(

@@ -136,6 +136,9 @@ class CellRun:
     intended_tokens: dict[str, int] = field(default_factory=dict)
     full_length_ids: frozenset[str] = frozenset()
     latencies: list[tuple[float, float, float, int]] = field(default_factory=list)
+    #: Per request that finished and was followed by its session's next: seconds from the end of its last step
+    #: (the model's clock) to the next one's submission (the client's; one machine's monotonic clock).
+    turnarounds: list[float] = field(default_factory=list)
 
 
 @asynccontextmanager
@@ -210,7 +213,18 @@ async def run_cell(
         intended_tokens=dict(client.intended),
         full_length_ids=frozenset(client.full_length),
         latencies=[client.timings[rid] for rid in sorted(full) if rid in client.timings],
+        turnarounds=turnarounds(events, client),
     )
+
+
+def turnarounds(events: Sequence[RouteEvent], client: _Client) -> list[float]:
+    """For every finished request its session followed with another: from its last step's end to that one's
+    submission."""
+    ended: dict[str, float] = {}
+    for event in events:
+        ended[event.request_id] = max(event.time, ended.get(event.request_id, event.time))
+    pairs = [(ended.get(done), client.specs[nxt].arrival_time) for done, nxt in client.successor.items()]
+    return [submitted - end for end, submitted in pairs if end is not None]
 
 
 class _Client:
@@ -228,16 +242,21 @@ class _Client:
         self.specs: dict[str, RequestSpec] = {}
         self.timings: dict[str, tuple[float, float, float, int]] = {}
         self.intended: dict[str, int] = {}
+        self.successor: dict[str, str] = {}  # a finished request -> its session's next
         self.error: str | None = None
 
     async def session(self, first_fraction: float) -> None:
         """Submit requests one after the other; the first is ``first_fraction`` of its drawn length."""
         wl = self.workload
         fraction = first_fraction
+        previous = None
         while True:
             k = next(self.counter)
             prompt = wl.prompts[k % len(wl.prompts)]
             rid = f"{self.tag}-{k}"
+            if previous is not None:
+                self.successor[previous] = rid
+            previous = rid
             full = wl.output_length(k)
             max_tokens = max(1, round(full * fraction)) if fraction < 1 else full
             fraction = 1.0

@@ -144,12 +144,14 @@ def sim_result(
 ) -> SimResult:
     """The simulator's whole result for one cell (see :func:`sim_prediction`)."""
     policies = tuple(BatchingPolicy(threshold=b, max_batch=max_batch) for b in thresholds)
+    stack = calibration.stack
+    turnaround = stack.client_turnaround_s if stack is not None else 0.0
     base = SimConfig(
         latency=tuple(calibration.latency),
         policies=policies,
-        workload=WorkloadConfig(arrival="closed", concurrency=concurrency),
+        workload=WorkloadConfig(arrival="closed", concurrency=concurrency, think_time_s=turnaround),
         seed=seed,
-        **(calibration.stack.sim_fields() if calibration.stack is not None else {}),
+        **(stack.sim_fields() if stack is not None else {}),
     )
     config = with_traces(base, traces)
     warmup = max(1, sum(t.output_length for t in traces[:concurrency]) // 2)

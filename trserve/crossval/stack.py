@@ -11,7 +11,12 @@ reports, per model:
   ``host_overhead_s`` (the model is busy for its latency plus this after every step);
 * **hand-off transit**: the median transit of a hand-off message this model received, beyond the step it was
   in (``handoff_transit_s / handoffs_received``, each message at its report's mean), which becomes the
-  simulator's ``transfer_delay_s`` for hand-offs to this model.
+  simulator's ``transfer_delay_s`` for hand-offs to this model;
+
+and for the whole stack the **client turnaround**: the median time from the end of the step that finished a
+request to the submission of its session's next request (the report's way to the front end and the client's
+reaction; not the new request's way to its model), which becomes the simulator's closed-loop
+``think_time_s``.
 
 A model with no such sample (it never went straight on, or received no hand-off) gets 0. The result is written
 as ``stack.json`` beside ``crossval.json``; ``tokenrouter crossval --stack FILE`` reads one instead of probing.
@@ -50,21 +55,25 @@ class StackCosts:
 
     host_gap_s: tuple[float, ...]
     handoff_transit_s: tuple[float, ...]
+    client_turnaround_s: float = 0.0
     source: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name, values in (("host_gap_s", self.host_gap_s), ("handoff_transit_s", self.handoff_transit_s)):
+        costs = (("host_gap_s", self.host_gap_s), ("handoff_transit_s", self.handoff_transit_s),
+                 ("client_turnaround_s", (self.client_turnaround_s,)))  # fmt: skip
+        for name, values in costs:
             if not all(isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in values):
                 raise ConfigError(f"stack.{name}", f"must be finite seconds >= 0, got {list(values)}")
         if len(self.host_gap_s) != len(self.handoff_transit_s):
             raise ConfigError("stack", "needs host_gap_s and handoff_transit_s for the same models")
 
     def sim_fields(self) -> dict[str, tuple[float, ...]]:
-        """The :class:`trsim.config.SimConfig` fields these costs set."""
+        """The :class:`trsim.config.SimConfig` fields these costs set (the turnaround is the workload's)."""
         return {"host_overhead_s": self.host_gap_s, "transfer_delay_s": self.handoff_transit_s}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"host_gap_s": list(self.host_gap_s), "handoff_transit_s": list(self.handoff_transit_s)} | self.source
+        costs = {"host_gap_s": list(self.host_gap_s), "handoff_transit_s": list(self.handoff_transit_s)}
+        return costs | {"client_turnaround_s": self.client_turnaround_s} | self.source
 
 
 @dataclass(frozen=True)
@@ -107,12 +116,21 @@ def summarize_steps(steps: Sequence[StepRecord], names: Sequence[str]) -> list[d
     return out
 
 
-def costs_from_steps(steps: Sequence[StepRecord], names: Sequence[str], source: dict[str, Any]) -> StackCosts:
-    """The medians of :func:`summarize_steps` as stack costs (0 for a model without samples)."""
+def costs_from_steps(
+    steps: Sequence[StepRecord], names: Sequence[str], turnarounds: Sequence[float], source: dict[str, Any]
+) -> StackCosts:
+    """The medians of :func:`summarize_steps` and of the client ``turnarounds`` as stack costs (0 without
+    samples)."""
     models = summarize_steps(steps, names)
     gaps = tuple(m["host_gap_median_s"] or 0.0 for m in models)
     transits = tuple(m["handoff_transit_median_s"] or 0.0 for m in models)
-    return StackCosts(gaps, transits, {**source, "models": models})
+    turnaround = statistics.median(turnarounds) if turnarounds else 0.0
+    client = {"num_turnarounds": len(turnarounds), "client_turnaround_mean_s": _mean(turnarounds)}
+    return StackCosts(gaps, transits, turnaround, {**source, "models": models, "client": client})
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return statistics.fmean(values) if values else None
 
 
 async def probe_stack(
@@ -141,15 +159,17 @@ async def probe_stack(
         "throughput_tok_s": run.throughput_tok_s,
     }
     source = {"source": "probe", "out_of_sample": OUT_OF_SAMPLE_NOTE, "probe": settings, "command": command}
-    return costs_from_steps(run.steps, names, source | {"created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    source |= {"created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    return costs_from_steps(run.steps, names, run.turnarounds, source)
 
 
 def stack_from_doc(entry: dict[str, Any] | None) -> StackCosts | None:
     """The stack costs a written run's ``stack`` entry records (None: it had none, or predates them)."""
     if not entry or "host_gap_s" not in entry:
         return None
-    source = {k: v for k, v in entry.items() if k not in ("host_gap_s", "handoff_transit_s")}
-    return StackCosts(tuple(entry["host_gap_s"]), tuple(entry["handoff_transit_s"]), source)
+    source = {k: v for k, v in entry.items() if k not in ("host_gap_s", "handoff_transit_s", "client_turnaround_s")}
+    turnaround = entry.get("client_turnaround_s", 0.0)
+    return StackCosts(tuple(entry["host_gap_s"]), tuple(entry["handoff_transit_s"]), turnaround, source)
 
 
 def stack_line(stack: dict[str, Any]) -> str:
@@ -158,7 +178,11 @@ def stack_line(stack: dict[str, Any]) -> str:
         return stack.get("source", "none")
     gaps = " / ".join(f"{1e3 * v:.3f}" for v in stack["host_gap_s"])
     transits = " / ".join(f"{1e3 * v:.3f}" for v in stack["handoff_transit_s"])
-    return f"host gap {gaps} ms per step, hand-off transit {transits} ms per message (per model; {stack['source']})"
+    turnaround = 1e3 * stack.get("client_turnaround_s", 0.0)
+    return (
+        f"host gap {gaps} ms per step, hand-off transit {transits} ms per message (per model), client turnaround "
+        f"{turnaround:.3f} ms ({stack['source']})"
+    )
 
 
 def load_stack(path: Path, num_models: int) -> StackCosts:
@@ -173,7 +197,8 @@ def load_stack(path: Path, num_models: int) -> StackCosts:
     for name, values in (("host_gap_s", gaps), ("handoff_transit_s", transits)):
         if not isinstance(values, list) or len(values) != num_models:
             raise ConfigError("--stack", f"{path}: {name} needs one value per model ({num_models}), got {values}")
+    turnaround = data.get("client_turnaround_s", 0.0)  # a file from before turnarounds were measured: none
     try:
-        return StackCosts(tuple(gaps), tuple(transits), {"source": f"file {path}", "read_from": data})
+        return StackCosts(tuple(gaps), tuple(transits), turnaround, {"source": f"file {path}", "read_from": data})
     except ConfigError as exc:
         raise ConfigError("--stack", f"{path}: {exc}") from None

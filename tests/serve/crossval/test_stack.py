@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import json
 import traceback
+from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import typer
 from typer.testing import CliRunner
 
 from tokenrouter.commands.crossval import crossval
+from trcore import RequestSpec, RouteEvent
 from trcore.errors import ConfigError
 from trcore.traces import RequestTrace, TraceStep
-from trserve.crossval.harness import StepRecord
+from trserve.crossval.harness import StepRecord, turnarounds
 from trserve.crossval.predict import Calibration, sim_result
 from trserve.crossval.stack import StackCosts, costs_from_steps, load_stack, stack_from_doc, summarize_steps
 from trsim.latency import ConstantModel
@@ -51,22 +54,39 @@ def test_host_gaps_and_transits_are_medians_over_steps_and_messages():
 
 
 def test_costs_take_the_medians_and_zero_without_samples():
-    costs = costs_from_steps(STEPS, ["small", "large"], {"source": "probe"})
+    costs = costs_from_steps(STEPS, ["small", "large"], [0.004, 0.001, 0.002], {"source": "probe"})
     assert costs.host_gap_s == pytest.approx((0.002, 0.0)) and costs.handoff_transit_s == pytest.approx((0.001, 0.0))
+    assert costs.client_turnaround_s == pytest.approx(0.002) and costs.source["client"]["num_turnarounds"] == 3
+    assert costs_from_steps(STEPS, ["small", "large"], [], {}).client_turnaround_s == 0.0
     assert costs.sim_fields() == {"host_overhead_s": costs.host_gap_s, "transfer_delay_s": costs.handoff_transit_s}
     assert stack_from_doc(json.loads(json.dumps(costs.to_dict()))) == costs
     assert stack_from_doc({"source": "none: the simulator's stack is ideal"}) is None
 
 
-def test_the_simulator_adds_the_stack_costs_to_every_step():
-    # Two sessions that stay on the small model (10 ms steps): one step of both every 10 ms + 2 ms of host gap.
+def test_the_simulator_adds_the_stack_costs_to_every_step_and_request():
+    # Two sessions in step on the small model (10 ms steps), 8 tokens per request: one step of both every
+    # 10 ms + 2 ms of host gap. With a 5 ms turnaround the next pair comes 5 ms after a pair ends (the model
+    # idles from 2 ms after it): a cycle of 8 steps, 7 gaps and the turnaround.
     traces = [RequestTrace(f"r{k}", (TraceStep(0, 0, True),) * 8, 20, 8) for k in range(4)]
     latency = (ConstantModel(0.010), ConstantModel(0.020))
     ideal = sim_result(traces, Calibration(("a", "b"), latency), 2, (1, 1), 8, 5.0)
     stack = StackCosts((0.002, 0.0), (0.0005, 0.0005))
     costly = sim_result(traces, Calibration(("a", "b"), latency, stack), 2, (1, 1), 8, 5.0)
+    turning = replace(stack, client_turnaround_s=0.005)
+    slower = sim_result(traces, Calibration(("a", "b"), latency, turning), 2, (1, 1), 8, 5.0)
     assert ideal.throughput_tok_s == pytest.approx(2 / 0.010, rel=0.01)
     assert costly.throughput_tok_s == pytest.approx(2 / 0.012, rel=0.01)
+    assert slower.throughput_tok_s == pytest.approx(2 * 8 / (8 * 0.010 + 7 * 0.002 + 0.005), rel=0.01)
+
+
+def test_turnaround_runs_from_the_last_step_to_the_sessions_next_submission():
+    client = SimpleNamespace(
+        successor={"a": "b", "b": "c", "x": "y"},
+        specs={k: RequestSpec(k, 1, 1, frozenset(), t) for k, t in (("b", 10.004), ("c", 10.2), ("y", 11.0))},
+    )
+    events = [RouteEvent("a", 0, 1, False, 10.001), RouteEvent("a", 1, -1, True, 10.003),
+              RouteEvent("b", 0, -1, True, 10.199)]  # fmt: skip
+    assert turnarounds(events, client) == pytest.approx([0.001, 0.001])  # x: no step recorded
 
 
 def test_a_written_stack_file_reads_back(tmp_path):
@@ -75,6 +95,7 @@ def test_a_written_stack_file_reads_back(tmp_path):
     costs = load_stack(path, 2)
     assert costs.host_gap_s == (0.0003, 0.0002) and costs.handoff_transit_s == (0.0004, 0.0001)
     assert costs.source["source"] == f"file {path}" and costs.source["read_from"]["x"] == 1
+    assert costs.client_turnaround_s == 0.0  # a file from before turnarounds were measured
 
 
 @pytest.mark.parametrize(
@@ -86,6 +107,7 @@ def test_a_written_stack_file_reads_back(tmp_path):
         ('{"host_gap_s": [0.1], "handoff_transit_s": [0.1]}', "host_gap_s needs one value per model (2)"),
         ('{"host_gap_s": [0.1, -1], "handoff_transit_s": [0, 0]}', "must be finite seconds >= 0"),
         ('{"host_gap_s": [0.1, "x"], "handoff_transit_s": [0, 0]}', "must be finite seconds >= 0"),
+        ('{"host_gap_s": [0, 0], "handoff_transit_s": [0, 0], "client_turnaround_s": -1}', "client_turnaround_s"),
     ],
 )
 def test_bad_stack_files_are_one_line_exit_2(tmp_path, content, message):
@@ -117,4 +139,5 @@ def test_emulated_run_probes_the_stack_before_its_cell(tmp_path):
     # simulator's hand-offs to that model take.
     assert small["num_handoffs_received"] > 0 and large["num_handoffs_received"] > 0
     assert written["handoff_transit_s"] == [small["handoff_transit_median_s"], large["handoff_transit_median_s"]]
+    assert written["client"]["num_turnarounds"] > 0 and 0 < written["client_turnaround_s"] < 0.1
     assert "Simulator's stack costs: host gap" in (out / "crossval.md").read_text()
