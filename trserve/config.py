@@ -42,11 +42,14 @@ class PlacementConfig(_Strict):
 class EmulatedConfig(_Strict):
     """``backend: emulated``: one model's step time. Exactly one of ``latency_ms`` (a constant, or a list by batch
     size from 1 whose last value holds beyond its end) and ``profile`` (a calibration profile JSON: its fit, with
-    context and extend terms); ``jitter`` draws each step's time from the profile's measured spread."""
+    context and extend terms); ``jitter`` draws each step's time from the profile's measured spread. ``overlap``:
+    the subserver sends a step's report while the next step runs, as a GPU engine's asynchronous output processing
+    lets it (false: the report goes before the next step starts, as with a synchronous engine)."""
 
     latency_ms: float | list[float] | None = None
     profile: str | None = None
     jitter: bool = False
+    overlap: bool = True
 
     @model_validator(mode="after")
     def _one_source(self) -> EmulatedConfig:

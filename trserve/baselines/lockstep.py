@@ -20,7 +20,7 @@ from collections import deque
 from typing import Any
 
 from trcore import CLIENT, Batch, BatchingPolicy, PeerReq, StepResult, Subserver
-from trserve.runtime.loop import committed_tokens, finished_message, rss_bytes, unseen_tokens
+from trserve.runtime.loop import unseen_tokens
 from trserve.runtime.messages import (
     Abort,
     Failed,
@@ -34,6 +34,7 @@ from trserve.runtime.messages import (
     StepReply,
     StepReport,
 )  # fmt: skip
+from trserve.runtime.reports import committed_tokens, finished_message, rss_bytes
 from trserve.runtime.runspec import RunSpec
 from trserve.runtime.transport import FRONTEND
 from trserve.runtime.worker import build_program, worker_main

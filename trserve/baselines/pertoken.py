@@ -17,8 +17,8 @@ from trserve.engine.core_link import CoreLink, sampling_params, start_core
 from trserve.engine.emulated import EmulatedLatency, wait_until
 from trserve.engine.hash import hash_next
 from trserve.engine.signals import EntropySink, top_logprobs_of
-from trserve.runtime.loop import rss_bytes
 from trserve.runtime.messages import Abort, OneToken, Probe, Ready, Rewire, Shutdown, State, TokenReply
+from trserve.runtime.reports import rss_bytes
 from trserve.runtime.runspec import RunSpec
 from trserve.runtime.transport import FRONTEND
 from trserve.runtime.worker import emulated_latency, engine_config, worker_main

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trcore import CLIENT, Batch, BatchingPolicy, PeerReq, RoutingProgram, StepResult, Subserver
-from trserve.runtime.loop import committed_tokens, finished_message, rss_bytes
 from trserve.runtime.messages import Abort, OneToken, Probe, Ready, Rewire, Shutdown, State, StepReport, TokenReply
+from trserve.runtime.reports import committed_tokens, finished_message, rss_bytes
 from trserve.runtime.runspec import RunSpec
 from trserve.runtime.transport import FRONTEND
 from trserve.runtime.worker import build_program, worker_main

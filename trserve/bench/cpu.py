@@ -93,12 +93,21 @@ def window_cpu(before: dict[str, Any], after: dict[str, Any], metrics_before: st
 
 
 def emulation_accuracy(metrics_before: str, metrics_after: str) -> dict[str, dict[str, float]]:
-    """Per model: steps, and mean emulated vs measured step time (ms) over a window (emulated engines only)."""
+    """Per model: steps, mean emulated vs measured step time (ms), and the host gaps between back-to-back steps
+    (count, summed ms) over a window (emulated engines only)."""
     given = metric_delta(metrics_after, metrics_before, "tokenrouter_emulated_step_seconds_total")
     measured = metric_delta(metrics_after, metrics_before, "tokenrouter_step_seconds_sum")
     steps = metric_delta(metrics_after, metrics_before, "tokenrouter_steps_total")
+    gaps = metric_delta(metrics_after, metrics_before, "tokenrouter_host_gap_seconds_count")
+    gap_s = metric_delta(metrics_after, metrics_before, "tokenrouter_host_gap_seconds_sum")
     return {
-        m: {"steps": steps[m], "emulated_ms": 1e3 * given[m] / steps[m], "measured_ms": 1e3 * measured[m] / steps[m]}
+        m: {
+            "steps": steps[m],
+            "emulated_ms": 1e3 * given[m] / steps[m],
+            "measured_ms": 1e3 * measured[m] / steps[m],
+            "host_gaps": gaps.get(m, 0.0),
+            "host_gap_ms": 1e3 * gap_s.get(m, 0.0),
+        }
         for m in given
         if steps.get(m)
     }
@@ -111,12 +120,16 @@ def cell_summary(windows: Sequence[dict[str, Any]], accuracy: Sequence[dict[str,
     models: dict[str, dict[str, float]] = {}
     for acc in accuracy:
         for m, a in acc.items():
-            cur = models.setdefault(m, {"steps": 0.0, "emulated_s": 0.0, "measured_s": 0.0})
+            cur = models.setdefault(m, dict.fromkeys(("steps", "emulated_s", "measured_s", "gaps", "gap_s"), 0.0))
             cur["steps"] += a["steps"]
             cur["emulated_s"] += a["emulated_ms"] * a["steps"] / 1e3
             cur["measured_s"] += a["measured_ms"] * a["steps"] / 1e3
+            cur["gaps"] += a.get("host_gaps", 0.0)
+            cur["gap_s"] += a.get("host_gap_ms", 0.0) / 1e3
     steps = {m: {"steps": v["steps"], "emulated_ms": 1e3 * v["emulated_s"] / v["steps"],
-                 "measured_ms": 1e3 * v["measured_s"] / v["steps"]} for m, v in models.items()}  # fmt: skip
+                 "measured_ms": 1e3 * v["measured_s"] / v["steps"], "host_gaps": v["gaps"],
+                 "mean_host_gap_ms": 1e3 * v["gap_s"] / v["gaps"] if v["gaps"] else None}
+             for m, v in models.items()}  # fmt: skip
     return {
         "server_cpu_us_per_token": 1e6 * server / tokens if tokens else None,
         "client_cpu_us_per_token": 1e6 * client / tokens if tokens else None,

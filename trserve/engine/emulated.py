@@ -86,24 +86,47 @@ def wait_until(deadline: float) -> None:
 class EmulatedEngine(HashEngine):
     """Hash tokens at emulated speed. After each step, ``last_emulated_s`` is the latency the step was given
     and ``last_actual_s`` what it took; ``last_wait_cpu_s`` is the CPU its wait cost (the spin), ``wait_cpu_s``
-    the total."""
+    the total.
 
-    def __init__(self, model: int, latency: EmulatedLatency, capacity_tokens: int = 1 << 20) -> None:
+    Like a GPU engine it steps without the host (:class:`~trserve.engine.types.OverlappingEngine`): ``start``
+    computes the step and returns, ``finish`` waits out its latency; with ``overlaps`` (``emulated.overlap``) the
+    loop uses the wait for the previous step's report."""
+
+    def __init__(
+        self, model: int, latency: EmulatedLatency, capacity_tokens: int = 1 << 20, overlaps: bool = True
+    ) -> None:
         super().__init__(model, step_s=0.0, capacity_tokens=capacity_tokens)
         self.latency = latency
+        self.overlaps = overlaps
         self.last_emulated_s = 0.0
         self.last_actual_s = 0.0
         self.wait_cpu_s = 0.0
         self.last_wait_cpu_s = 0.0
+        self._started = 0.0
+        self._outs: list[TokenOut] | None = None
 
     def step(self, items: Sequence[StepItem]) -> list[TokenOut]:
+        self.start(items)
+        return self.finish()
+
+    def start(self, items: Sequence[StepItem]) -> None:
+        """Launch a step: its tokens are computed now, its latency runs from now."""
+        if self._outs is not None:
+            raise RuntimeError("start() while a step is running: finish() it first")
         started = time.perf_counter()
         extend = sum(max(0, len(item.new_token_ids) - 1) for item in items)
-        outs = super().step(items)
+        self._outs = super().step(items)
         context = sum(len(self.kv[item.request_id]) for item in items)
         self.last_emulated_s = self.latency.step_s(len(items), context, extend)
-        self.wait(started + self.last_emulated_s)
-        self.last_actual_s = time.perf_counter() - started
+        self._started = started
+
+    def finish(self) -> list[TokenOut]:
+        """Wait until the running step has lasted its latency; its outputs."""
+        if self._outs is None:
+            raise RuntimeError("finish() without a started step")
+        self.wait(self._started + self.last_emulated_s)
+        self.last_actual_s = time.perf_counter() - self._started
+        outs, self._outs = self._outs, None
         return outs
 
     def wait(self, deadline: float) -> None:

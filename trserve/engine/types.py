@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from trcore.errors import ConfigError
 
@@ -106,3 +106,17 @@ class Engine(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class OverlappingEngine(Engine, Protocol):
+    """An engine whose step runs without the host, as a GPU's does: ``start`` launches a step (raising
+    :class:`EngineStepError` as ``step`` does, before anything ran) and returns at once; ``finish`` waits for it and
+    returns its outputs. Between the two the subserver loop sends the previous step's report (as vLLM's asynchronous
+    output processing does), when ``overlaps`` is true."""
+
+    overlaps: bool
+
+    def start(self, items: Sequence[StepItem]) -> None: ...
+
+    def finish(self) -> list[TokenOut]: ...

@@ -60,6 +60,13 @@ class Metrics:
             buckets=EMULATION_ERROR_BUCKETS,
             registry=reg,
         )
+        self.host_gap = Histogram(
+            "tokenrouter_host_gap_seconds",
+            "Time the loop spent between the end of a step and the start of the next while requests were ready",
+            ["model"],
+            buckets=EMULATION_ERROR_BUCKETS,
+            registry=reg,
+        )
         self.emulated_wait_cpu = Counter(
             "tokenrouter_emulated_wait_cpu_seconds", "Emulated engines: CPU of the waits", ["model"], registry=reg
         )
@@ -119,6 +126,8 @@ class Metrics:
             self.batch_size.labels(model).observe(report.batch_size)
             self.step_seconds.labels(model).observe(report.step_s)
             self.input_tokens.labels(model).inc(report.num_new_tokens)
+            if report.host_gap_s is not None:
+                self.host_gap.labels(model).observe(report.host_gap_s)
             if report.emulated_s is not None:
                 self.observe_emulation(model, report)
         self.queue_length.labels(model).set(report.num_ready)

@@ -11,11 +11,12 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from functools import partial
+from typing import Any, Protocol, cast
 
-from trcore import CLIENT, Batch, PeerReq, Request, StepResult, Subserver
+from trcore import Batch, PeerReq, Request, Subserver
 from trcore.replicas import ReplicaTable
-from trserve.engine.types import Engine, EngineStepError, StepItem, TokenOut
+from trserve.engine.types import Engine, EngineStepError, OverlappingEngine, StepItem, TokenOut
 from trserve.runtime.messages import (
     Abort,
     Active,
@@ -31,12 +32,12 @@ from trserve.runtime.messages import (
 )
 from trserve.runtime.reports import (
     LoopStats,
-    committed_tokens,
     emulated_fields,
-    finished_message,
     python_objects,
-    resume_points,
     rss_bytes,
+    split_handoffs,
+    step_report,
+    step_result,
 )
 from trserve.runtime.transport import FRONTEND
 
@@ -87,6 +88,9 @@ class SubserverLoop:
         self.is_stopping = False
         self._tombstones: dict[str, tuple[float, int]] = {}  # request id -> (when, incarnation) aborted
         self._parent = os.getppid()
+        self.overlaps = isinstance(engine, OverlappingEngine) and engine.overlaps
+        self._pending: Callable[[], None] | None = None  # the last step's report, when not sent yet
+        self._free_at: float | None = None  # when the previous step ended (perf_counter), None after idling
 
     @property
     def model(self) -> int:
@@ -95,6 +99,7 @@ class SubserverLoop:
     def run(self) -> None:
         while not self.is_stopping:
             self.run_once()
+        self._publish_pending()
 
     def run_once(self) -> None:
         """Handle what arrived, then launch a step if the policy allows, else wait for a message or deadline."""
@@ -105,6 +110,8 @@ class SubserverLoop:
             self._step(batch)
             self.stats.stepped()
             return
+        self._publish_pending()  # nothing to overlap it with
+        self._free_at = None  # the next step's host gap is not measured after an idle loop
         self._handle_all(self.mailbox.receive_all(self._wait_timeout()))
         if self.sub.num_ready == 0 and os.getppid() != self._parent:
             log.warning("model %d: parent process exited; stopping", self.model)
@@ -180,28 +187,25 @@ class SubserverLoop:
         items = [StepItem(r.request_id, unseen_tokens(r, self.model), r.spec.sampling) for r in batch.requests]
         outputs_before = [r.num_output_tokens for r in batch.requests]
         started = time.perf_counter()
+        host_gap_s = None if self._free_at is None else started - self._free_at
         outs, failed = self._step_isolated(items)
         if not outs:  # nothing of the batch could run; keep serving the rest
             self._fail_batch(batch, failed)
             return
-        step_s = time.perf_counter() - started
-        # The culprits' outputs are fillers: their tokens and routes are dropped right after ``complete``.
-        filler = TokenOut(0, {}, None if any(o.entropy is None for o in outs.values()) else 0.0)
-        step = [outs.get(rid, filler) for rid in batch.request_ids]
-        result = StepResult(
-            token_ids=[o.token_id for o in step],
-            top_logprobs=[o.top_logprobs for o in step],
-            entropy=[o.entropy for o in step],
-            request_ids=batch.request_ids,
-        )
-        handoffs = self.sub.complete(batch, result, self.clock())
+        self._free_at = time.perf_counter()
+        step_s = self._free_at - started
+        handoffs = self.sub.complete(batch, step_result(batch, outs), self.clock())
         if failed:
             handoffs = [(dest, msg) for dest, msg in handoffs if msg.request_id not in failed]
             for rid in failed:
                 self._forget(rid)
         self.stats.num_steps += 1
-        report = self._report(batch, outputs_before, step_s, handoffs, failed)
-        self.mailbox.send(FRONTEND, report)
+        counts = {"num_ready": self.sub.num_ready, "num_resident": len(self.sub.requests), "replica": self.replica,
+                  "step_s": step_s, "host_gap_s": host_gap_s, **emulated_fields(self.engine)}  # fmt: skip
+        finished, counts["num_handoffs"] = self._hand_off(batch, handoffs)  # at once: a peer may be waiting
+        self._pending = partial(self._report, batch, outputs_before, handoffs, finished, failed, counts)
+        if not self.overlaps:
+            self._publish_pending()
 
     def _step_isolated(self, items: list[StepItem]) -> tuple[dict[str, TokenOut], dict[str, str]]:
         """Step ``items``; when the engine names the requests that broke the step, drop them and step the others
@@ -209,7 +213,7 @@ class SubserverLoop:
         failed: dict[str, str] = {}
         while items:
             try:
-                outs = self.engine.step(items)
+                outs = self._run_engine(items)
             except EngineStepError as exc:
                 ids = {item.request_id for item in items}
                 culprits = {r: why for r, why in exc.culprits.items() if r in ids} or dict.fromkeys(ids, str(exc))
@@ -220,56 +224,52 @@ class SubserverLoop:
             return {item.request_id: out for item, out in zip(items, outs, strict=True)}, failed
         return {}, failed
 
+    def _run_engine(self, items: list[StepItem]) -> list[TokenOut]:
+        """One engine step; an overlapping engine runs it while the loop sends the previous step's report."""
+        if not self.overlaps:
+            return self.engine.step(items)
+        engine = cast(OverlappingEngine, self.engine)
+        engine.start(items)
+        self._publish_pending()
+        return engine.finish()
+
+    def _publish_pending(self) -> None:
+        """Send the last step's report (:meth:`_report`) if it has not gone yet."""
+        if self._pending is not None:
+            publish, self._pending = self._pending, None
+            publish()
+
     def _report(
-        self,
-        batch: Batch,
-        before: list[int],
-        step_s: float,
-        handoffs: list[tuple[int, PeerReq]],
-        failed: dict[str, str],
-    ) -> Any:
-        finished: list[Finished] = []
-        num_handoffs = 0
-        outgoing: dict[int, list[PeerReq]] = {}  # one message per destination process
-        for dest, msg in handoffs:
-            if dest == CLIENT:
-                finished.append(finished_message(msg, batch))
-                self.engine.release(msg.request_id)
-            else:
-                num_handoffs += 0 if msg.is_finished else 1
-                proc = dest if self.table is None else self._process_of(dest, msg, batch)
-                outgoing.setdefault(proc, []).append(msg)
+        self, batch: Batch, before: list[int], handoffs: list[tuple[int, PeerReq]], finished: list[Finished],
+        failed: dict[str, str], counts: dict[str, Any],
+    ) -> None:  # fmt: skip
+        """Send a completed step's report (the loop's ``counts`` as they were when it completed). With an
+        overlapping engine this runs while the next step does: ``batch``'s requests change only when that step
+        completes."""
+        counts = {**counts, "kv_usage": self.engine.kv_usage()}
+        self.mailbox.send(FRONTEND, step_report(batch, before, handoffs, finished, failed, counts, self.stats))
+
+    def _hand_off(self, batch: Batch, handoffs: list[tuple[int, PeerReq]]) -> tuple[list[Finished], int]:
+        """Send the step's hand-offs (one message per destination process), release the finished requests' KV;
+        returns the finished requests' messages and the number of hand-offs that moved a live request."""
+        finished, outgoing, num_handoffs = split_handoffs(batch, handoffs, self._process_of)
+        for done in finished:
+            self.engine.release(done.request_id)
         for proc, msgs in outgoing.items():
             self.mailbox.send(proc, Handoffs(tuple(msgs), sent_at=time.time()))
         self.stats.num_handoffs += num_handoffs
-        done = {f.request_id for f in finished} | set(failed)
-        tokens = committed_tokens(batch, before, done)
-        return StepReport(
-            model=self.model,
-            batch_size=batch.size,
-            num_new_tokens=sum(batch.num_new_tokens),
-            step_s=step_s,
-            num_ready=self.sub.num_ready,
-            num_resident=len(self.sub.requests),
-            num_handoffs=num_handoffs,
-            kv_usage=self.engine.kv_usage(),
-            tokens=tokens,
-            finished=finished,
-            failed=[Failed(rid, message) for rid, message in failed.items()],
-            routes=resume_points(batch, handoffs, done),
-            **emulated_fields(self.engine),
-            replica=self.replica,
-            **self.stats.take_transit(),
-        )
+        return finished, num_handoffs
 
     def _process_of(self, model: int, msg: PeerReq, batch: Batch) -> int:
         """The process of the request's pinned replica of ``model`` (a release carries no routing extra: the
-        request's own record in ``batch`` has its pins)."""
-        assert self.table is not None
+        request's own record in ``batch`` has its pins); ``model`` itself without replicas."""
+        if self.table is None:
+            return model
         extra = msg.extra or next(r.extra for r in batch.requests if r.request_id == msg.request_id)
         return self.table.proc_of_request(model, extra)
 
     def _fail_batch(self, batch: Batch, messages: dict[str, str]) -> None:
+        self._publish_pending()  # the previous step goes first
         failed = []
         for req in batch.requests:
             self._forget(req.request_id)

@@ -132,6 +132,9 @@ class StepReport:
     handoffs_received: int = 0
     handoff_transit_s: float = 0.0
     handoffs_late: int = 0
+    #: Seconds the loop spent between the end of the previous step and the start of this one when it went straight
+    #: on (requests were ready); None after the loop idled. Host time the engine waited on.
+    host_gap_s: float | None = None
 
 
 @dataclass(frozen=True)

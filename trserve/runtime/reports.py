@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from trcore import CLIENT, Batch, PeerReq
-from trserve.engine.types import Engine
-from trserve.runtime.messages import Finished, Handoffs, Route, StepReport
+from trcore import CLIENT, Batch, PeerReq, StepResult
+from trserve.engine.types import Engine, TokenOut
+from trserve.runtime.messages import Failed, Finished, Handoffs, Route, StepReport
 
 
 def resume_points(batch: Batch, handoffs: list[tuple[int, PeerReq]], done: set[str]) -> list[Route]:
@@ -32,6 +33,62 @@ def committed_tokens(batch: Batch, before: list[int], done: set[str]) -> list[tu
         for r, n in zip(batch.requests, before, strict=True)
         if r.num_output_tokens > n and r.request_id not in done
     ]
+
+
+def step_result(batch: Batch, outs: dict[str, TokenOut]) -> StepResult:
+    """The core's view of a step's outputs (by request id). A request missing from ``outs`` (its step failed) gets
+    a filler output: its token and route are dropped right after ``complete``."""
+    filler = TokenOut(0, {}, None if any(o.entropy is None for o in outs.values()) else 0.0)
+    step = [outs.get(rid, filler) for rid in batch.request_ids]
+    return StepResult(
+        token_ids=[o.token_id for o in step],
+        top_logprobs=[o.top_logprobs for o in step],
+        entropy=[o.entropy for o in step],
+        request_ids=batch.request_ids,
+    )
+
+
+def step_report(
+    batch: Batch,
+    before: list[int],
+    handoffs: list[tuple[int, PeerReq]],
+    finished: list[Finished],
+    failed: dict[str, str],
+    counts: dict[str, Any],
+    stats: LoopStats,
+) -> StepReport:
+    """The report of a completed step of ``batch``: the tokens it committed past ``before`` (each request's output
+    length at launch), the requests it finished or failed, where the others go on, the loop's ``counts`` and
+    measurements as they were when the step completed, and the hand-offs ``stats`` received since the last report."""
+    done = {f.request_id for f in finished} | set(failed)
+    return StepReport(
+        model=batch.model,
+        batch_size=batch.size,
+        num_new_tokens=sum(batch.num_new_tokens),
+        tokens=committed_tokens(batch, before, done),
+        finished=finished,
+        failed=[Failed(rid, message) for rid, message in failed.items()],
+        routes=resume_points(batch, handoffs, done),
+        **counts,
+        **stats.take_transit(),
+    )
+
+
+def split_handoffs(
+    batch: Batch, handoffs: list[tuple[int, PeerReq]], process_of: Callable[[int, PeerReq, Batch], int]
+) -> tuple[list[Finished], dict[int, list[PeerReq]], int]:
+    """A step's hand-offs split three ways: the front end's messages for the requests that finished, the others by
+    destination process (``process_of(model, msg, batch)``), and how many of those moved a live request."""
+    finished: list[Finished] = []
+    outgoing: dict[int, list[PeerReq]] = {}
+    num_moved = 0
+    for dest, msg in handoffs:
+        if dest == CLIENT:
+            finished.append(finished_message(msg, batch))
+        else:
+            num_moved += 0 if msg.is_finished else 1
+            outgoing.setdefault(process_of(dest, msg, batch), []).append(msg)
+    return finished, outgoing, num_moved
 
 
 def finished_message(msg: PeerReq, batch: Batch) -> Finished:

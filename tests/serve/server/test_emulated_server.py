@@ -12,7 +12,7 @@ import yaml
 
 from tests.serve.server.test_correctness import reference
 from tests.serve.server_fixtures import running_server
-from trserve.bench.client import metric_values
+from trserve.bench.client import metric_delta, metric_values
 from trserve.engine.hash import hash_next
 
 pytestmark = pytest.mark.serve
@@ -103,3 +103,21 @@ def test_metrics_report_handoff_transit(emulated: tuple[str, str]):
         assert 0 <= late <= count
         mean_us = 1e6 * transit[model] / count
         print(f"{model}: {count:.0f} hand-off messages, mean transit {mean_us:.0f} us, {late:.0f} late")
+
+
+@pytest.mark.parametrize("emulated", ["routed"], indirect=True)
+def test_metrics_report_host_gaps_between_back_to_back_steps(emulated: tuple[str, str]):
+    """Twelve requests at once on the entry model (no hand-offs): its steps run back to back, and the loop's time
+    between them is counted for those steps only (not for a step after an idle loop)."""
+    _, url = emulated
+    entry = next(iter(LATENCY_MS))  # model 0
+    before = httpx.get(url + "/metrics").text
+    asyncio.run(ask(url, 0.0))
+    after = httpx.get(url + "/metrics").text
+    gaps = metric_delta(after, before, "tokenrouter_host_gap_seconds_count").get(entry, 0.0)
+    gap_s = metric_delta(after, before, "tokenrouter_host_gap_seconds_sum").get(entry, 0.0)
+    steps = metric_delta(after, before, "tokenrouter_steps_total")[entry]
+    assert 0 < gaps < steps  # the first step of the burst followed an idle loop
+    mean_us = 1e6 * gap_s / gaps
+    assert mean_us < 1e3 * LATENCY_MS[entry] * 20, mean_us  # host time, not a step's or an idle wait's
+    print(f"{entry}: {gaps:.0f} host gaps over {steps:.0f} steps, mean {mean_us:.0f} us")
