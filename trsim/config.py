@@ -64,9 +64,7 @@ class SimConfig:
       ended; one figure for all, or one per receiving model;
     * ``host_overhead_s``: per model, the time its subserver loop spends between the end of a step and the next
       launch (reports, hand-offs, scheduling): the model is busy for its step latency plus this after every
-      step. Empty: none. The step's tokens and hand-offs come out when the latency has passed, or with
-      ``results_after_overhead`` only after the overhead too (a loop that publishes a step's results while
-      the next step runs: they leave when it has launched that step)."""
+      step; the step's tokens and hand-offs come out when the latency has passed. Empty: none."""
 
     latency: tuple[LatencyModel, ...]
     policies: tuple[BatchingPolicy, ...]
@@ -75,7 +73,6 @@ class SimConfig:
     signals: SignalConfig = field(default_factory=SignalConfig)
     transfer_delay_s: float | tuple[float, ...] = 0.0
     host_overhead_s: tuple[float, ...] = ()
-    results_after_overhead: bool = False
     entry_model: int = 0
     seed: int = 0
     per_token: PerTokenConfig | None = None

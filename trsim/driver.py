@@ -166,12 +166,8 @@ class Simulation:
             ticks = round(latency(batch) * TICKS_PER_S) or 1
             yield Timeout(env, ticks)
             self.stats.proc_steps[p] += 1
-            overhead, hold = self.overhead_ticks[p], self.cooldown_ticks
-            if overhead and self.config.results_after_overhead:  # published once the loop has launched again
-                yield Timeout(env, overhead)
-            else:
-                hold += overhead  # the step's results are out; the loop is still busy
             self._complete(p, batch, launched, ticks)
+            hold = self.cooldown_ticks + self.overhead_ticks[p]  # the step's results are out; the loop is busy
             if hold:
                 yield Timeout(env, hold)
             if not self.cooldown_ticks and env.peek() == env.now:  # more happens now: decide to launch after it

@@ -86,22 +86,6 @@ def test_a_steps_hand_offs_leave_before_its_overhead():
     assert result.latency_p50_s == pytest.approx(3 * 0.01 + 3 * 0.02 + 3 * 0.003 + 2 * 0.001)
 
 
-def test_results_after_the_overhead_delay_every_hand_off_and_the_end():
-    # A loop that publishes a step while the next one runs: each step's hand-off (and the last one's finish)
-    # leaves only after its model's overhead, 3 x 4 ms on model 0 and 3 x 8 ms on model 1.
-    config = replace(alternating((0.001, 0.003), (0.004, 0.008)), results_after_overhead=True)
-    result = simulate(config)
-    transit = 3 * 0.01 + 3 * 0.02 + 3 * 0.003 + 2 * 0.001
-    assert result.latency_p50_s == pytest.approx(transit + 3 * 0.004 + 3 * 0.008)
-
-
-def test_results_after_the_overhead_keep_one_step_per_latency_plus_overhead():
-    config = replace(one_model(concurrency=1, output=5), results_after_overhead=True)
-    result = simulate(config, tokens=400)
-    assert result.simulated_s == pytest.approx(400 * (L + H))  # every token is out after its step's overhead
-    assert result.latency_p50_s == pytest.approx(5 * (L + H))
-
-
 @pytest.mark.parametrize(
     ("field", "value"),
     [

@@ -51,6 +51,8 @@ class StepRecord:
     handoffs_late: int = 0
     #: Seconds the loop spent since the previous step ended, when it went straight on (None after it idled).
     host_gap_s: float | None = None
+    #: ``backend: emulated``: the latency the step was given (None for other engines).
+    emulated_s: float | None = None
 
 
 class CrossvalFrontEnd(FrontEnd):
@@ -80,7 +82,8 @@ class CrossvalFrontEnd(FrontEnd):
                     msg.handoffs_received,
                     msg.handoff_transit_s,
                     msg.handoffs_late,
-                    getattr(msg, "host_gap_s", None),  # TODO(simstack): msg.host_gap_s once StepReport has it
+                    msg.host_gap_s,
+                    msg.emulated_s,
                 )
             )
         super().handle(msg)

@@ -115,6 +115,8 @@ def run_crossval(
     runs, drift, probed = eventloop.run(measure(cfg, plan, workload, drift_probe, progress, stack_probe))
     measured_s = time.time() - started
     costs = probed or (stack if isinstance(stack, StackCosts) else None)
+    if costs is not None and drift is not None and drift.action == "scaled":
+        costs = costs.without_overrun("the drift probe's factors scale the steps already")
     calibration = replace(calibration, stack=costs)
     factors = drift.factors if drift is not None else [1.0] * cfg.num_models
     inputs = input_runs(plan, runs)

@@ -13,6 +13,10 @@ reports, per model:
   in (``handoff_transit_s / handoffs_received``, each message at its report's mean), which becomes the
   simulator's ``transfer_delay_s`` for hand-offs to this model;
 
+* **step overrun** (``backend: emulated`` only): the median time a step took beyond the latency it was given
+  (the loop's calls around the engine, the wait's wake-up), which the simulator adds to the host gap (not when
+  a drift probe's factors already scale the steps);
+
 and for the whole stack the **client turnaround**: the median time from the end of the step that finished a
 request to the submission of its session's next request (the report's way to the front end and the client's
 reaction; not the new request's way to its model), which becomes the simulator's closed-loop
@@ -57,23 +61,38 @@ class StackCosts:
     handoff_transit_s: tuple[float, ...]
     client_turnaround_s: float = 0.0
     source: dict[str, Any] = field(default_factory=dict)
+    #: Per model (empty: none).
+    step_overrun_s: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
-        costs = (("host_gap_s", self.host_gap_s), ("handoff_transit_s", self.handoff_transit_s),
-                 ("client_turnaround_s", (self.client_turnaround_s,)))  # fmt: skip
-        for name, values in costs:
+        for name in COST_FIELDS:
+            value = getattr(self, name)
+            values = value if isinstance(value, tuple) else (value,)
             if not all(isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in values):
                 raise ConfigError(f"stack.{name}", f"must be finite seconds >= 0, got {list(values)}")
-        if len(self.host_gap_s) != len(self.handoff_transit_s):
-            raise ConfigError("stack", "needs host_gap_s and handoff_transit_s for the same models")
+        if len(self.handoff_transit_s) != len(self.host_gap_s) or len(self.step_overrun_s) not in (
+            0,
+            len(self.host_gap_s),
+        ):
+            raise ConfigError("stack", "needs host_gap_s, handoff_transit_s (and step_overrun_s) for the same models")
 
     def sim_fields(self) -> dict[str, tuple[float, ...]]:
         """The :class:`trsim.config.SimConfig` fields these costs set (the turnaround is the workload's)."""
-        return {"host_overhead_s": self.host_gap_s, "transfer_delay_s": self.handoff_transit_s}
+        overrun = self.step_overrun_s or (0.0,) * len(self.host_gap_s)
+        overhead = tuple(g + o for g, o in zip(self.host_gap_s, overrun, strict=True))
+        return {"host_overhead_s": overhead, "transfer_delay_s": self.handoff_transit_s}
+
+    def without_overrun(self, why: str) -> StackCosts:
+        """These costs with no step overrun added (``why`` is recorded)."""
+        return replace(self, step_overrun_s=(), source=self.source | {"step_overrun_not_added": why})
 
     def to_dict(self) -> dict[str, Any]:
-        costs = {"host_gap_s": list(self.host_gap_s), "handoff_transit_s": list(self.handoff_transit_s)}
-        return costs | {"client_turnaround_s": self.client_turnaround_s} | self.source
+        values = {name: getattr(self, name) for name in COST_FIELDS}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()} | self.source
+
+
+#: The costs' fields, as ``stack.json`` names them.
+COST_FIELDS = ("host_gap_s", "handoff_transit_s", "step_overrun_s", "client_turnaround_s")
 
 
 @dataclass(frozen=True)
@@ -94,7 +113,7 @@ def model_samples(steps: Sequence[StepRecord], model: int) -> tuple[list[float],
 
 def summarize_steps(steps: Sequence[StepRecord], names: Sequence[str]) -> list[dict[str, Any]]:
     """Per model: median and mean host gap and hand-off transit (seconds, None without samples), sample counts,
-    and the median host gap per batch size."""
+    the median host gap per batch size, and the median step overrun (emulated engines)."""
     out = []
     for m, name in enumerate(names):
         gaps, transits = model_samples(steps, m)
@@ -102,9 +121,11 @@ def summarize_steps(steps: Sequence[StepRecord], names: Sequence[str]) -> list[d
         for s in steps:
             if s.model == m and s.host_gap_s is not None:
                 by_batch.setdefault(s.batch_size, []).append(s.host_gap_s)
+        overruns = [s.step_s - s.emulated_s for s in steps if s.model == m and s.emulated_s is not None]
         out.append({
             "model": name,
             "num_steps": sum(s.model == m for s in steps),
+            "step_overrun_median_s": statistics.median(overruns) if overruns else None,
             "num_host_gaps": len(gaps),
             "host_gap_median_s": statistics.median(gaps) if gaps else None,
             "host_gap_mean_s": statistics.fmean(gaps) if gaps else None,
@@ -124,9 +145,10 @@ def costs_from_steps(
     models = summarize_steps(steps, names)
     gaps = tuple(m["host_gap_median_s"] or 0.0 for m in models)
     transits = tuple(m["handoff_transit_median_s"] or 0.0 for m in models)
+    overruns = tuple(max(0.0, m["step_overrun_median_s"] or 0.0) for m in models)
     turnaround = statistics.median(turnarounds) if turnarounds else 0.0
     client = {"num_turnarounds": len(turnarounds), "client_turnaround_mean_s": _mean(turnarounds)}
-    return StackCosts(gaps, transits, turnaround, {**source, "models": models, "client": client})
+    return StackCosts(gaps, transits, turnaround, {**source, "models": models, "client": client}, overruns)
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -167,38 +189,44 @@ def stack_from_doc(entry: dict[str, Any] | None) -> StackCosts | None:
     """The stack costs a written run's ``stack`` entry records (None: it had none, or predates them)."""
     if not entry or "host_gap_s" not in entry:
         return None
-    source = {k: v for k, v in entry.items() if k not in ("host_gap_s", "handoff_transit_s", "client_turnaround_s")}
-    turnaround = entry.get("client_turnaround_s", 0.0)
-    return StackCosts(tuple(entry["host_gap_s"]), tuple(entry["handoff_transit_s"]), turnaround, source)
+    source = {k: v for k, v in entry.items() if k not in COST_FIELDS}
+    turnaround, overrun = entry.get("client_turnaround_s", 0.0), tuple(entry.get("step_overrun_s", ()))
+    return StackCosts(tuple(entry["host_gap_s"]), tuple(entry["handoff_transit_s"]), turnaround, source, overrun)
 
 
 def stack_line(stack: dict[str, Any]) -> str:
     """One line on the stack costs of a result document's ``stack`` entry (:meth:`StackCosts.to_dict`)."""
     if "host_gap_s" not in stack:
         return stack.get("source", "none")
-    gaps = " / ".join(f"{1e3 * v:.3f}" for v in stack["host_gap_s"])
-    transits = " / ".join(f"{1e3 * v:.3f}" for v in stack["handoff_transit_s"])
-    turnaround = 1e3 * stack.get("client_turnaround_s", 0.0)
+    overrun = stack.get("step_overrun_s") or [0.0] * len(stack["host_gap_s"])
     return (
-        f"host gap {gaps} ms per step, hand-off transit {transits} ms per message (per model), client turnaround "
-        f"{turnaround:.3f} ms ({stack['source']})"
+        f"host gap {_ms(stack['host_gap_s'])} ms and step overrun {_ms(overrun)} ms per step, hand-off transit "
+        f"{_ms(stack['handoff_transit_s'])} ms per message (per model), client turnaround "
+        f"{_ms([stack.get('client_turnaround_s', 0.0)])} ms ({stack['source']})"
     )
 
 
+def _ms(values: Sequence[float]) -> str:
+    return " / ".join(f"{1e3 * v:.3f}" for v in values)
+
+
 def load_stack(path: Path, num_models: int) -> StackCosts:
-    """A ``stack.json`` (as a probe writes it) for a config of ``num_models`` models."""
+    """A ``stack.json`` (as a probe writes it) for a config of ``num_models`` models. A file from before step
+    overruns or turnarounds were measured has none."""
     if not path.is_file():
         raise ConfigError("--stack", f"{path} is not a file")
     try:
         data = json.loads(path.read_text())
         gaps, transits = data["host_gap_s"], data["handoff_transit_s"]
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        overrun, turnaround = data.get("step_overrun_s", []), data.get("client_turnaround_s", 0.0)
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigError("--stack", f"{path}: needs JSON with host_gap_s and handoff_transit_s ({exc})") from None
-    for name, values in (("host_gap_s", gaps), ("handoff_transit_s", transits)):
+    lists = [("host_gap_s", gaps), ("handoff_transit_s", transits)] + ([("step_overrun_s", overrun)] if overrun else [])
+    for name, values in lists:
         if not isinstance(values, list) or len(values) != num_models:
             raise ConfigError("--stack", f"{path}: {name} needs one value per model ({num_models}), got {values}")
-    turnaround = data.get("client_turnaround_s", 0.0)  # a file from before turnarounds were measured: none
     try:
-        return StackCosts(tuple(gaps), tuple(transits), turnaround, {"source": f"file {path}", "read_from": data})
+        source = {"source": f"file {path}", "read_from": data}
+        return StackCosts(tuple(gaps), tuple(transits), turnaround, source, tuple(overrun))
     except ConfigError as exc:
         raise ConfigError("--stack", f"{path}: {exc}") from None

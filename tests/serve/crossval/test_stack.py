@@ -27,17 +27,18 @@ runner = CliRunner()
 EMULATED = "configs/emulated-r2r-a100.yaml"
 
 
-def step(model, batch=1, gap=None, received=0, transit=0.0):
-    return StepRecord(0.0, model, batch, 0.006, batch, 0, received, transit, 0, gap)
+def step(model, batch=1, gap=None, received=0, transit=0.0, step_s=0.006, emulated=None):
+    return StepRecord(0.0, model, batch, step_s, batch, 0, received, transit, 0, gap, emulated)
 
 
 # Model 0: gaps 1, 2, 4 ms (and one step after an idle loop); hand-offs in two reports: three messages at 1 ms
-# each, then one at 5 ms. Model 1: stepped only after idling, received nothing.
+# each, then one at 5 ms; emulated 6 ms steps that took 0.1, 0.3, 0.2, 0.2 ms longer. Model 1: stepped only
+# after idling, received nothing, not emulated.
 STEPS = [
-    step(0, batch=1, gap=None, received=3, transit=0.003),
-    step(0, batch=1, gap=0.001),
-    step(0, batch=2, gap=0.002, received=1, transit=0.005),
-    step(0, batch=2, gap=0.004),
+    step(0, batch=1, gap=None, received=3, transit=0.003, step_s=0.0061, emulated=0.006),
+    step(0, batch=1, gap=0.001, step_s=0.0063, emulated=0.006),
+    step(0, batch=2, gap=0.002, received=1, transit=0.005, step_s=0.0062, emulated=0.006),
+    step(0, batch=2, gap=0.004, step_s=0.0062, emulated=0.006),
     step(1, batch=1, gap=None),
 ]
 
@@ -50,7 +51,9 @@ def test_host_gaps_and_transits_are_medians_over_steps_and_messages():
     # Per message: 1, 1, 1, 5 ms -> median 1 ms (the two reports' means alone would give 3 ms).
     assert small["num_handoffs_received"] == 4 and small["handoff_transit_median_s"] == pytest.approx(0.001)
     assert small["handoff_transit_mean_s"] == pytest.approx(0.002)
+    assert small["step_overrun_median_s"] == pytest.approx(0.0002)
     assert large["num_steps"] == 1 and large["host_gap_median_s"] is None and large["handoff_transit_median_s"] is None
+    assert large["step_overrun_median_s"] is None
 
 
 def test_costs_take_the_medians_and_zero_without_samples():
@@ -58,7 +61,12 @@ def test_costs_take_the_medians_and_zero_without_samples():
     assert costs.host_gap_s == pytest.approx((0.002, 0.0)) and costs.handoff_transit_s == pytest.approx((0.001, 0.0))
     assert costs.client_turnaround_s == pytest.approx(0.002) and costs.source["client"]["num_turnarounds"] == 3
     assert costs_from_steps(STEPS, ["small", "large"], [], {}).client_turnaround_s == 0.0
-    assert costs.sim_fields() == {"host_overhead_s": costs.host_gap_s, "transfer_delay_s": costs.handoff_transit_s}
+    assert costs.step_overrun_s == pytest.approx((0.0002, 0.0))
+    # The simulator's model is busy for the host gap plus the overrun after each step; not with a drift probe.
+    assert costs.sim_fields()["host_overhead_s"] == pytest.approx((0.0022, 0.0))
+    assert costs.sim_fields()["transfer_delay_s"] == costs.handoff_transit_s
+    scaled = costs.without_overrun("drift")
+    assert scaled.sim_fields()["host_overhead_s"] == costs.host_gap_s and scaled.source["step_overrun_not_added"]
     assert stack_from_doc(json.loads(json.dumps(costs.to_dict()))) == costs
     assert stack_from_doc({"source": "none: the simulator's stack is ideal"}) is None
 
@@ -95,7 +103,7 @@ def test_a_written_stack_file_reads_back(tmp_path):
     costs = load_stack(path, 2)
     assert costs.host_gap_s == (0.0003, 0.0002) and costs.handoff_transit_s == (0.0004, 0.0001)
     assert costs.source["source"] == f"file {path}" and costs.source["read_from"]["x"] == 1
-    assert costs.client_turnaround_s == 0.0  # a file from before turnarounds were measured
+    assert costs.client_turnaround_s == 0.0 and costs.step_overrun_s == ()  # a file from before they were measured
 
 
 @pytest.mark.parametrize(
@@ -108,6 +116,8 @@ def test_a_written_stack_file_reads_back(tmp_path):
         ('{"host_gap_s": [0.1, -1], "handoff_transit_s": [0, 0]}', "must be finite seconds >= 0"),
         ('{"host_gap_s": [0.1, "x"], "handoff_transit_s": [0, 0]}', "must be finite seconds >= 0"),
         ('{"host_gap_s": [0, 0], "handoff_transit_s": [0, 0], "client_turnaround_s": -1}', "client_turnaround_s"),
+        ('{"host_gap_s": [0, 0], "handoff_transit_s": [0, 0], "step_overrun_s": [0]}', "step_overrun_s needs one"),
+        ("[1, 2]", "needs JSON with host_gap_s"),
     ],
 )
 def test_bad_stack_files_are_one_line_exit_2(tmp_path, content, message):
@@ -135,9 +145,12 @@ def test_emulated_run_probes_the_stack_before_its_cell(tmp_path):
     assert written["probe"]["measure_s"] == 1.0 and written["command"].startswith("tokenrouter ")  # its argv
     small, large = written["models"]
     assert small["num_steps"] > 0 and large["num_steps"] > 0
+    # Both models step back to back at times (the other's hand-offs keep them busy): their loops' gaps are in.
+    assert small["num_host_gaps"] > 0 and large["num_host_gaps"] > 0 and min(written["host_gap_s"]) > 0
     # The markov router hands off both ways: each model received hand-offs, and their transit is what the
     # simulator's hand-offs to that model take.
     assert small["num_handoffs_received"] > 0 and large["num_handoffs_received"] > 0
     assert written["handoff_transit_s"] == [small["handoff_transit_median_s"], large["handoff_transit_median_s"]]
     assert written["client"]["num_turnarounds"] > 0 and 0 < written["client_turnaround_s"] < 0.1
+    assert written["step_overrun_s"] == [max(0.0, m["step_overrun_median_s"]) for m in (small, large)]
     assert "Simulator's stack costs: host gap" in (out / "crossval.md").read_text()
