@@ -1,7 +1,8 @@
 """Where the real stack loses against the simulator in a cross-validation run: per cell, the measured/simulated
 throughput beside the per-request times (TTFT, TPOT, end to end) and each model's step time over its profile,
 busy fraction and mean batch, real against simulated, and the hand-offs each model received: their mean transit
-beyond the step in progress and the share that missed a launch (runs made since the loop measures them).
+beyond the step in progress and the share that missed a launch, and the median host gap between steps (runs made
+since the loop measures them), beside the stack costs the simulator added (runs made with the stack probe).
 Reads a committed ``crossval.json``; writes ``gap.json`` beside it (or ``--out``).
 
 A closed loop of N clients gives throughput = N x tokens per request / time per request, so a request that takes
@@ -39,6 +40,7 @@ def cell_gap(cell: dict[str, Any]) -> dict[str, Any]:
             "mean_batch_sim": mean_batch(sim["batch_histograms"][m]),
             "handoff_transit_ms": steps.get("handoff_transit_ms"),
             "handoffs_late_share": steps.get("handoffs_late_share"),
+            "host_gap_median_ms": steps.get("host_gap_median_ms"),
         })  # fmt: skip
     return {
         "concurrency": cell["concurrency"],
@@ -52,7 +54,7 @@ def cell_gap(cell: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def summarize(gaps: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize(gaps: list[dict[str, Any]], stack: dict[str, Any] | None = None) -> dict[str, Any]:
     def med(values: list[float]) -> float:
         return statistics.median(values)
 
@@ -64,6 +66,8 @@ def summarize(gaps: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "median_handoff_transit_ms": per_model("handoff_transit_ms"),
         "median_handoffs_late_share": per_model("handoffs_late_share"),
+        "median_host_gap_ms": per_model("host_gap_median_ms"),
+        "sim_stack": stack,
         "median_measured_over_sim": med([g["measured_over_sim"] for g in gaps]),
         "median_e2e_p50_real_over_sim": med([g["e2e_p50_real_over_sim"] for g in gaps]),
         "median_tpot_p50_real_over_sim": med([g["tpot_p50_real_over_sim"] for g in gaps]),
@@ -78,6 +82,16 @@ def summarize(gaps: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def sim_stack(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The stack costs the run's simulator added (ms; None for runs made before the stack probe)."""
+    stack = doc.get("stack")
+    if not stack or "host_gap_s" not in stack:
+        return None
+    keys = ("host_gap_s", "step_overrun_s", "handoff_transit_s")
+    out: dict[str, Any] = {k.replace("_s", "_ms"): [1e3 * v for v in stack.get(k) or []] for k in keys}
+    return out | {"client_turnaround_ms": 1e3 * stack.get("client_turnaround_s", 0.0), "source": stack["source"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("crossval_json", type=Path)
@@ -88,7 +102,8 @@ def main() -> None:
     gaps = [cell_gap(c) for c in cells]
     out = args.out or args.crossval_json.with_name("gap.json")
     result = {"command": f"python benchmarks/crossval_gap.py {args.crossval_json}", "source": str(args.crossval_json),
-              "source_created": doc.get("created"), "summary": summarize(gaps), "cells": gaps}  # fmt: skip
+              "source_created": doc.get("created"), "summary": summarize(gaps, sim_stack(doc)),
+              "cells": gaps}  # fmt: skip
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result["summary"], indent=1))
 

@@ -154,3 +154,11 @@ def test_emulated_run_probes_the_stack_before_its_cell(tmp_path):
     assert written["client"]["num_turnarounds"] > 0 and 0 < written["client_turnaround_s"] < 0.1
     assert written["step_overrun_s"] == [max(0.0, m["step_overrun_median_s"]) for m in (small, large)]
     assert "Simulator's stack costs: host gap" in (out / "crossval.md").read_text()
+    # The same cell again, with the written stack costs instead of a probe: no stack.json of its own.
+    again = tmp_path / "again"
+    args[args.index("--out") + 1] = str(again)
+    result = runner.invoke(app, [*args, "--stack", str(out / "stack.json")])
+    assert result.exit_code == 0, result.output + "".join(traceback.format_exception(*result.exc_info))
+    read = json.loads((again / "crossval.json").read_text())["stack"]
+    assert read["source"] == f"file {out / 'stack.json'}" and read["host_gap_s"] == written["host_gap_s"]
+    assert not (again / "stack.json").exists() and "stack probe" not in result.output
