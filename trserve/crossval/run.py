@@ -36,7 +36,7 @@ from trserve.crossval.predict import (
     typical_extend,
 )
 from trserve.crossval.report import add_errors, markdown_table, plot_cells, summarize
-from trserve.crossval.stack import STACK_FILE, StackCosts, StackProbe, probe_stack, stack_line
+from trserve.crossval.stack import STACK_FILE, StackCosts, StackProbe, costs_for_sim, probe_stack, stack_line
 from trserve.server.drift import DEFAULT_TOLERANCE, DriftReport
 
 Progress = Callable[[str], None]
@@ -114,9 +114,7 @@ def run_crossval(
     stack_probe = stack if isinstance(stack, StackProbe) else None
     runs, drift, probed = eventloop.run(measure(cfg, plan, workload, drift_probe, progress, stack_probe))
     measured_s = time.time() - started
-    costs = probed or (stack if isinstance(stack, StackCosts) else None)
-    if costs is not None and drift is not None and drift.action == "scaled":
-        costs = costs.without_overrun("the drift probe's factors scale the steps already")
+    costs = costs_for_sim(probed or stack, drift is not None and drift.action == "scaled")
     calibration = replace(calibration, stack=costs)
     factors = drift.factors if drift is not None else [1.0] * cfg.num_models
     inputs = input_runs(plan, runs)

@@ -185,6 +185,14 @@ async def probe_stack(
     return costs_from_steps(run.steps, names, run.turnarounds, source)
 
 
+def costs_for_sim(stack: StackCosts | StackProbe | None, drift_scaled: bool) -> StackCosts | None:
+    """What the simulator adds: measured or read costs (none for a probe that did not run), without the step
+    overrun when a drift probe scaled the latencies to the observed steps (they hold it already)."""
+    if not isinstance(stack, StackCosts):
+        return None
+    return stack.without_overrun("the drift probe's factors scale the steps already") if drift_scaled else stack
+
+
 def stack_from_doc(entry: dict[str, Any] | None) -> StackCosts | None:
     """The stack costs a written run's ``stack`` entry records (None: it had none, or predates them)."""
     if not entry or "host_gap_s" not in entry:

@@ -18,7 +18,15 @@ from trcore.errors import ConfigError
 from trcore.traces import RequestTrace, TraceStep
 from trserve.crossval.harness import StepRecord, turnarounds
 from trserve.crossval.predict import Calibration, sim_result
-from trserve.crossval.stack import StackCosts, costs_from_steps, load_stack, stack_from_doc, summarize_steps
+from trserve.crossval.stack import (
+    StackCosts,
+    StackProbe,
+    costs_for_sim,
+    costs_from_steps,
+    load_stack,
+    stack_from_doc,
+    summarize_steps,
+)
 from trsim.latency import ConstantModel
 
 app = typer.Typer()
@@ -65,8 +73,9 @@ def test_costs_take_the_medians_and_zero_without_samples():
     # The simulator's model is busy for the host gap plus the overrun after each step; not with a drift probe.
     assert costs.sim_fields()["host_overhead_s"] == pytest.approx((0.0022, 0.0))
     assert costs.sim_fields()["transfer_delay_s"] == costs.handoff_transit_s
-    scaled = costs.without_overrun("drift")
+    scaled = costs_for_sim(costs, drift_scaled=True)
     assert scaled.sim_fields()["host_overhead_s"] == costs.host_gap_s and scaled.source["step_overrun_not_added"]
+    assert costs_for_sim(costs, drift_scaled=False) == costs and costs_for_sim(StackProbe(), False) is None
     assert stack_from_doc(json.loads(json.dumps(costs.to_dict()))) == costs
     assert stack_from_doc({"source": "none: the simulator's stack is ideal"}) is None
 
