@@ -1,4 +1,5 @@
-"""What one cross-process wake-up costs in CPU on this machine: the floor under a subserver's per-step messages.
+"""What one cross-process wake-up costs on this machine, in CPU and in delay: the floor under a subserver's per-step
+messages.
 
     .venv/bin/python scripts/wakeup_cost.py [--messages 3000] [--out docs/bench-emulated/wakeup-cost.json]
 
@@ -6,7 +7,9 @@ A subserver sends two ZeroMQ messages per step (its StepReport to the front end,
 and sleeps through the emulated step. This measures, with nothing else of the stack, the CPU time (sender process
 with libzmq's I/O thread, receiver process) of: a 6 ms sleep alone; a 3 KB ZeroMQ PUSH -> PULL message (ipc) sent
 back to back and once per 6 ms sleep (a step's pace); the same once per 6 ms over a plain Unix datagram socket.
-Run it under the measurement lock.
+Each message carries its sending time (``time.monotonic``, one clock for every process here), so the receiver also
+measures its delay: from the sender's call to the receiver's return from ``recv``, while it waited blocked (a
+hand-off reaching an idle model). Run it under the measurement lock.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import statistics
+import struct
 import tempfile
 import time
 from pathlib import Path
@@ -36,10 +41,13 @@ def _receive(kind: str, address: str, count: int, queue: Any) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         sock.bind(address)
     queue.put("ready")
-    started = time.process_time()
+    started, delays = time.process_time(), []
     for _ in range(count):
-        sock.recv(65536) if kind == "unix" else sock.recv()
+        data = sock.recv(65536) if kind == "unix" else sock.recv()
+        delays.append(time.monotonic() - struct.unpack_from("d", data)[0])
     queue.put(time.process_time() - started)
+    delays.sort()
+    queue.put((statistics.median(delays), delays[int(0.9 * (len(delays) - 1))]))
 
 
 def per_message(kind: str, count: int, gap_s: float) -> dict[str, float]:
@@ -60,19 +68,22 @@ def per_message(kind: str, count: int, gap_s: float) -> dict[str, float]:
 
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         send = lambda data: sock.sendto(data, address)  # noqa: E731
-    message, inside = os.urandom(SIZE), 0.0
+    payload, inside = os.urandom(SIZE - 8), 0.0
     time.sleep(0.2)
     started = time.process_time()
     for _ in range(count):
         before = time.perf_counter()
-        send(message)
+        send(struct.pack("d", time.monotonic()) + payload)
         inside += time.perf_counter() - before
         if gap_s:
             time.sleep(gap_s)
     receiver.join()
     sender_s = time.process_time() - started
+    receiver_s = queue.get()
+    median_s, p90_s = queue.get()
     return {"sender_cpu_us": sender_s / count * 1e6, "wall_in_send_us": inside / count * 1e6,
-            "receiver_cpu_us": queue.get() / count * 1e6}  # fmt: skip
+            "receiver_cpu_us": receiver_s / count * 1e6, "delay_median_us": median_s * 1e6,
+            "delay_p90_us": p90_s * 1e6}  # fmt: skip
 
 
 def sleep_only(count: int) -> float:
@@ -96,7 +107,8 @@ def main() -> None:
         "zmq_back_to_back": per_message("zmq", n, 0.0),
         "zmq_one_per_6ms_sleep": per_message("zmq", n, STEP_S),
         "unix_datagram_one_per_6ms_sleep": per_message("unix", n, STEP_S),
-        "note": "the *_per_6ms_sleep sender figures include the sleep's own CPU (sleep_6ms_only_cpu_us)",
+        "note": "the *_per_6ms_sleep sender figures include the sleep's own CPU (sleep_6ms_only_cpu_us); delay: from "
+        "the sender's send call to the receiver's return from recv (back to back, messages queue behind each other)",
     }
     Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps(doc, indent=1))
