@@ -44,6 +44,9 @@ def bench(
     out: Path = typer.Option(Path("docs/bench"), "--out", help="Directory for bench.json, bench.md, bench.png."),
     drift: str = typer.Option("scale", "--drift", help="Drift probe before the bench: scale, stop, report or skip."),
     drift_tolerance: float = typer.Option(0.05, "--drift-tolerance", help="Relative drift beyond which stop stops."),
+    stack: Path | None = typer.Option(
+        None, "--stack", help="A crossval probe's stack.json: also simulate the routed systems with those costs."
+    ),
 ) -> None:
     """Run every system x router x N on this machine and write JSON, a markdown table and a PNG."""
     import os
@@ -60,6 +63,7 @@ def bench(
     from trserve.bench.runner import BenchRunner
     from trserve.bench.systems import check_names
     from trserve.config import ServeConfig, load_config
+    from trserve.crossval.stack import load_stack
     from trserve.server.defaults import default_config
     from trserve.server.drift import DRIFT_MODES
 
@@ -77,11 +81,13 @@ def bench(
     ServeConfig.model_validate(base)
     workload = Workload(max_tokens, warmup_s, window_s)
     check_num_models(len(base["models"]))  # before the probe starts engines
+    costs = load_stack(stack, len(base["models"])) if stack is not None else None
     load_before = os.getloadavg()[0]
     started = time.monotonic()
     probed = probe_bench(base, sys_names, drift, drift_tolerance, lambda msg: typer.echo(f"bench: {msg}", err=True))
     typer.echo(f"bench: {probed.line()}", err=True)
-    plan = BenchPlan(sys_names, router_names, ns, repetitions, workload, base, direct, min_gain=min_gain, drift=probed)
+    plan = BenchPlan(sys_names, router_names, ns, repetitions, workload, base, direct, min_gain=min_gain, drift=probed,
+                     stack=costs)  # fmt: skip
     runner = BenchRunner(plan, None)
     cells = len(ns) * repetitions * (len([s for s in sys_names if s not in SINGLE_MODEL]) * len(router_names))
     cells += len(ns) * repetitions * len([s for s in sys_names if s in SINGLE_MODEL])

@@ -10,6 +10,7 @@ from trserve.bench import predict
 from trserve.bench.client import LoadResult, Workload
 from trserve.bench.drift import NOT_PROBED, BenchDrift
 from trserve.bench.predict import StepStats
+from trserve.crossval.stack import StackCosts
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,9 @@ class BenchPlan:
     min_gain: float = predict.MIN_GAIN
     #: The drift probe's outcome: factors for the profile latencies (``trserve.bench.drift``).
     drift: BenchDrift = field(default_factory=lambda: BenchDrift("skip", 0.0, note=NOT_PROBED))
+    #: The serving stack's measured costs (``--stack``, a crossval probe's ``stack.json``): the routed systems get a
+    #: second simulator prediction with them.
+    stack: StackCosts | None = None
 
 
 @dataclass
@@ -41,6 +45,7 @@ class Cell:
     thresholds: list[int] | None = None
     predicted_model: float | None = None
     predicted_sim: float | None = None
+    predicted_sim_stack: float | None = None
     predicted_own_steps: float | None = None
     latency_source: str = ""
     #: The routing program's parameters the server ran (None for single-model systems).

@@ -106,6 +106,7 @@ def write_outputs(
             "process; only each answer's usage chunk is parsed",
         },
         "drift": plan.drift.to_dict(),
+        "stack": plan.stack.to_dict() if plan.stack is not None else None,
         "routing": {r: routing_item(s, plan.min_gain) for r, s in runner.routers.items()},
         "runs": runs,
         "vllm_direct": runner.direct,

@@ -22,6 +22,7 @@ from trcore.errors import ConfigError, NotIrreducibleError
 from trcore.throughput import OptimizeResult, ThroughputModel
 from trserve.bench.client import metric_delta
 from trserve.config import EmulatedConfig
+from trserve.crossval.stack import StackCosts
 from trserve.engine.emulated import EmulatedLatency
 from trserve.hardware import check_profile_hardware
 from trserve.paths import calibration_dir
@@ -245,12 +246,23 @@ def unconstrained_best(result: OptimizeResult) -> tuple[list[int], float]:
 
 
 def sim_prediction(
-    P: Matrix, C: Matrix, tables: Tables, concurrency: int, thresholds: Sequence[int], baseline: str, tokens: int
+    P: Matrix,
+    C: Matrix,
+    tables: Tables,
+    concurrency: int,
+    thresholds: Sequence[int],
+    baseline: str,
+    tokens: int,
+    stack: StackCosts | None = None,
 ) -> float:
-    """Throughput (tok/s) of the SimPy simulator for ``baseline`` (a ``trsim.baselines`` name)."""
+    """Throughput (tok/s) of the SimPy simulator for ``baseline`` (a ``trsim.baselines`` name); with ``stack``, the
+    serving stack's measured costs added (each step's host gap, each hand-off's transit; requests here never end,
+    so the client turnaround does not apply)."""
 
     latency = [TableModel(list(range(1, len(t) + 1)), list(t)) for t in tables]
     config = markov_config(P, C, latency, thresholds, concurrency=concurrency, workload="endless", seed=0)
+    if stack is not None:
+        config = replace(config, **stack.sim_fields())
     result = simulate(apply_baseline(config, baseline), tokens=tokens, warmup_tokens=tokens // 10)
     return float(result.throughput_tok_s)
 

@@ -46,6 +46,7 @@ def run_item(cell: Any) -> dict[str, Any]:
         "mean_step_ms": [1000 * statistics.mean(s[m].mean_step_s for s in cell.stats) for m in range(num_models)],
         "thresholds": cell.thresholds,
         "predicted_model_tok_s": cell.predicted_model, "predicted_sim_tok_s": cell.predicted_sim,
+        "predicted_sim_stack_tok_s": cell.predicted_sim_stack,
         "latency_source": cell.latency_source,
         "predicted_model_own_steps_tok_s": cell.predicted_own_steps,
         "busy_fraction": [statistics.mean(s[m].step_seconds / x.window_s for s, x in zip(cell.stats, cell.loads,
@@ -89,6 +90,8 @@ def markdown_table(runs: Sequence[dict[str, Any]], routers: Sequence[str], concu
             if r["router"] not in (router, "none") or (r["router"] == "none" and router != routers[0]):
                 continue
             pred = f"{_tok(r['predicted_model_tok_s'])} / {_tok(r['predicted_sim_tok_s'])}"
+            if r.get("predicted_sim_stack_tok_s") is not None:
+                pred += f" ({_tok(r['predicted_sim_stack_tok_s'])} with stack costs)"
             lines.append(
                 f"| {r['router']} | {r['system']} | {r['concurrency']} | {r['throughput_tok_s']:.1f} "
                 f"({r['throughput_min_tok_s']:.1f}-{r['throughput_max_tok_s']:.1f}) | {pred} | "

@@ -165,6 +165,10 @@ class BenchRunner:
         baseline = _SIM_BASELINE[cell.system]
         cell.predicted_model = predict.model_prediction(P, C, tables, n, thresholds)
         cell.predicted_sim = predict.sim_prediction(P, C, tables, n, thresholds, baseline, self.plan.sim_tokens)
+        if self.plan.stack is not None and cell.system in STACK_SYSTEMS:
+            cell.predicted_sim_stack = predict.sim_prediction(
+                P, C, tables, n, thresholds, baseline, self.plan.sim_tokens, self.plan.stack
+            )
         self._diagnose(cell, P, C, thresholds)
 
     def _predict_all_cores(self, cell: Cell) -> None:
@@ -261,6 +265,8 @@ class BenchRunner:
 
 _SIM_BASELINE = {"tokenrouter": "tokenrouter", "tokenrouter-bstar": "tokenrouter", "tokenrouter-readmit": "tokenrouter",
                  "tokenrouter-b1": "b1"}  # fmt: skip
+#: The systems whose subserver loops a stack probe measures (the routed pair, session hand-off).
+STACK_SYSTEMS = ("tokenrouter", "tokenrouter-bstar", "tokenrouter-b1")
 
 
 def _threshold_table(system: str, state: RouterState) -> dict[int, list[int]]:
