@@ -21,6 +21,7 @@ LAYERS = {
     "trsim": 1,
     "trserve.paths": 2,
     "trserve.config": 2,
+    "trserve.model_config": 2,
     "trserve.entrypoints": 2,
     "trserve.hardware": 2,
     "trserve.eventloop": 2,

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from trcore.errors import ConfigError
+from trserve.model_config import ModelConfig, StrictSection, check_models
 
 Mode = Literal["routed", "lockstep", "per-token"]
 #: ``hash`` is a deterministic stand-in engine for tests of the serving machinery (see trserve.engine.hash);
@@ -19,96 +20,14 @@ Handoff = Literal["session", "readmit"]
 DriftMode = Literal["scale", "stop", "report", "skip"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class PlacementConfig(_Strict):
-    """Where one model runs. On CPU: ``cpus`` (core ids; None = an even share of this process's cores).
-    On CUDA: ``gpus`` (device ids, ``tensor_parallel_size`` per replica). A model with replicas splits them in
-    order: replica ``r`` gets the ``r``-th equal share."""
-
-    cpus: list[int] | None = None
-    gpus: list[int] | None = None
-    tensor_parallel_size: int = Field(1, ge=1)
-
-    @model_validator(mode="after")
-    def _gpus_distinct(self) -> PlacementConfig:
-        if self.gpus is not None and len(set(self.gpus)) != len(self.gpus):
-            raise ValueError(f"gpus {self.gpus} name a device twice")
-        return self
-
-
-class EmulatedConfig(_Strict):
-    """``backend: emulated``: one model's step time. Exactly one of ``latency_ms`` (a constant, or a list by batch
-    size from 1 whose last value holds beyond its end) and ``profile`` (a calibration profile JSON: its fit, with
-    context and extend terms); ``jitter`` draws each step's time from the profile's measured spread. ``overlap``:
-    the subserver sends a step's report while the next step runs, as a GPU engine's asynchronous output processing
-    lets it (false: the report goes before the next step starts, as with a synchronous engine)."""
-
-    latency_ms: float | list[float] | None = None
-    profile: str | None = None
-    jitter: bool = False
-    overlap: bool = True
-
-    @model_validator(mode="after")
-    def _one_source(self) -> EmulatedConfig:
-        if (self.latency_ms is None) == (self.profile is None):
-            raise ValueError("emulated needs exactly one of latency_ms and profile")
-        values = [self.latency_ms] if isinstance(self.latency_ms, float | int) else self.latency_ms or []
-        if self.latency_ms is not None and (not values or any(not v > 0 for v in values)):
-            raise ValueError(f"emulated.latency_ms must be positive (a number or a non-empty list), got {values}")
-        if self.profile is not None and not Path(self.profile).expanduser().is_file():
-            raise ValueError(f"emulated.profile: no such file {self.profile!r}")
-        if self.jitter and self.profile is None:
-            raise ValueError("emulated.jitter needs a profile (it draws from the profile's measured spread)")
-        return self
-
-
-class ModelConfig(_Strict):
-    """One model of the routed ensemble. ``path`` is an HF checkpoint directory, or ``prepared:NAME`` for a
-    checkpoint made by ``tokenrouter models prepare`` (optional with ``backend: emulated``, which needs
-    ``emulated`` instead)."""
-
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
-    path: str | None = None
-    emulated: EmulatedConfig | None = None
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    max_model_len: int = Field(2048, ge=16)
-    block_size: int = Field(32, ge=1)
-    kv_cache_gib: float = Field(1.0, gt=0)
-    max_num_seqs: int = Field(64, ge=1)
-    #: Copies of this model, each its own subserver process, engine and KV cache (``mode: routed`` only); a request
-    #: is pinned to one of them (the least loaded when it is admitted) for its whole life.
-    replicas: int = Field(1, ge=1, le=64)
-    placement: PlacementConfig = PlacementConfig()
-
-    @model_validator(mode="after")
-    def _devices_per_replica(self) -> ModelConfig:
-        place, k = self.placement, self.replicas
-        if place.gpus is not None and len(place.gpus) != place.tensor_parallel_size * k:
-            raise ValueError(
-                f"placement.gpus: {len(place.gpus)} given; {k} replica(s) x tensor_parallel_size "
-                f"{place.tensor_parallel_size} need {place.tensor_parallel_size * k}"
-            )
-        if place.cpus is not None and len(place.cpus) < k:
-            raise ValueError(f"placement.cpus: {len(place.cpus)} core(s) for {k} replicas; each replica needs its own")
-        return self
-
-    def process_name(self, replica: int) -> str:
-        """The name of the process running replica ``replica`` (logs, metrics): the model's name when it has one
-        replica, else ``NAME-rR``."""
-        return self.name if self.replicas == 1 else f"{self.name}-r{replica}"
-
-
-class RouterConfig(_Strict):
+class RouterConfig(StrictSection):
     """The routing program (by registry name) and its parameters."""
 
     program: str = "rstitch"
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-class AutoThresholdsConfig(_Strict):
+class AutoThresholdsConfig(StrictSection):
     """Inputs of ``thresholds: auto``: the concurrency to optimise for, where the routing statistics (P, C) come
     from (a JSONL trace file; None = the routing program's own P/C parameters), and what the drift probe's
     ratios do to the profiles' latencies (``trserve.server.drift``)."""
@@ -124,7 +43,7 @@ class AutoThresholdsConfig(_Strict):
     drift_tolerance: float = Field(0.05, gt=0.0, lt=1.0)
 
 
-class BatchingConfig(_Strict):
+class BatchingConfig(StrictSection):
     """Delayed batching per model: thresholds ``B_i`` (or ``auto``), optional tables keyed by the number of
     active requests, a maximum wait for a short queue, and the largest batch (default: the model's
     ``max_num_seqs``)."""
@@ -136,7 +55,7 @@ class BatchingConfig(_Strict):
     auto: AutoThresholdsConfig = AutoThresholdsConfig()
 
 
-class RestartConfig(_Strict):
+class RestartConfig(StrictSection):
     """What happens when a subserver process dies: restart it (up to ``max_restarts`` times; its requests resume
     once it is back), or stay down (its requests fail with 503)."""
 
@@ -144,7 +63,7 @@ class RestartConfig(_Strict):
     max_restarts: int = Field(3, ge=0)
 
 
-class ServerConfig(_Strict):
+class ServerConfig(StrictSection):
     """The HTTP front end and process management."""
 
     host: str = "127.0.0.1"
@@ -172,7 +91,7 @@ class ServerConfig(_Strict):
 Strategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 
 
-class NodeConstraintConfig(_Strict):
+class NodeConstraintConfig(StrictSection):
     """Where one model's worker processes may run on a Ray cluster: node ``labels`` the node must carry
     (``ray start --labels``) and custom ``resources`` its bundle asks for (``ray start --resources``)."""
 
@@ -187,7 +106,7 @@ class NodeConstraintConfig(_Strict):
         return self
 
 
-class ClusterConfig(_Strict):
+class ClusterConfig(StrictSection):
     """``cluster:``: run the worker processes as Ray actors on a Ray cluster (see trserve.cluster). One placement
     group holds a bundle per worker ({"CPU": its cores} or, with ``accelerator: gpu``, {"GPU":
     tensor_parallel_size, "CPU": ...}), placed by ``strategy``; ``nodes`` pins a model's workers by node label or
@@ -204,7 +123,7 @@ class ClusterConfig(_Strict):
     nodes: dict[str, NodeConstraintConfig] = Field(default_factory=dict)
 
 
-class ServeConfig(_Strict):
+class ServeConfig(StrictSection):
     """Everything ``tokenrouter serve`` needs. Model ``i`` in ``models`` is model index ``i`` of the routing
     program; requests enter at ``entry_model``."""
 
@@ -234,9 +153,7 @@ class ServeConfig(_Strict):
             raise ValueError(f"batching.thresholds needs one entry per model ({n}), got {len(thresholds)}")
         if self.batching.tables is not None and len(self.batching.tables) != n:
             raise ValueError(f"batching.tables needs one table per model ({n})")
-        _check_disjoint_cpus(self.models)
-        _check_backend_fields(self.backend, self.models)
-        _check_replicas(self.mode, self.models)
+        check_models(self.mode, self.backend, self.models)
         if self.cluster is not None:
             _check_cluster(self.cluster, self.mode, self.models)
         fewest = min(m.max_num_seqs for m in self.models)
@@ -260,35 +177,6 @@ class ServeConfig(_Strict):
     def max_model_len(self) -> int:
         """The context limit a request must fit on every model it may visit."""
         return min(m.max_model_len for m in self.models)
-
-
-def _check_disjoint_cpus(models: list[ModelConfig]) -> None:
-    seen: dict[int, str] = {}
-    for m in models:
-        for cpu in m.placement.cpus or ():
-            if cpu in seen:
-                raise ValueError(f"cpu {cpu} is given to both {seen[cpu]!r} and {m.name!r}; core sets must be disjoint")
-            seen[cpu] = m.name
-
-
-def _check_replicas(mode: str, models: list[ModelConfig]) -> None:
-    for i, m in enumerate(models):
-        if m.replicas > 1 and mode != "routed":
-            raise ValueError(f"models.{i}.replicas: {m.replicas} replicas need mode: routed (mode is {mode})")
-    names = [m.process_name(r) for m in models for r in range(m.replicas)]
-    clash = sorted({n for n in names if names.count(n) > 1})
-    if clash:
-        raise ValueError(f"models: replica process names {clash} clash with a model's name; rename that model")
-
-
-def _check_backend_fields(backend: str, models: list[ModelConfig]) -> None:
-    for i, m in enumerate(models):
-        if backend == "emulated" and m.emulated is None:
-            raise ValueError(f"models.{i}.emulated is required with backend: emulated (e.g. {{latency_ms: 6.0}})")
-        if backend != "emulated" and m.emulated is not None:
-            raise ValueError(f"models.{i}.emulated is only read with backend: emulated (backend is {backend})")
-        if backend != "emulated" and m.path is None:
-            raise ValueError(f"models.{i}.path is required with backend: {backend}")
 
 
 def _check_cluster(cluster: ClusterConfig, mode: str, models: list[ModelConfig]) -> None:

@@ -1,8 +1,14 @@
-"""Simulated time: integer nanosecond ticks, so coinciding step ends coincide exactly (no float drift)."""
+"""Simulated time: integer nanosecond ticks, so coinciding step ends coincide exactly (no float drift), and the
+order of the events of one instant (:data:`LATE`, :func:`fire`)."""
 
 from __future__ import annotations
 
+import simpy
+from simpy.events import NORMAL, Event
+
 TICKS_PER_S = 1_000_000_000
+#: Priority of the simulator's launch decisions: after every completion and delivery at the same instant.
+LATE = NORMAL + 1
 
 
 def to_ticks(seconds: float) -> int:
@@ -17,3 +23,11 @@ def cost_ticks(seconds: float) -> int:
 
 def to_seconds(ticks: int) -> float:
     return ticks / TICKS_PER_S
+
+
+def fire(env: simpy.Environment, event: Event, priority: int) -> Event:
+    """Trigger ``event`` now at ``priority`` (SimPy's ``succeed`` always schedules at NORMAL; at :data:`LATE` the
+    event fires after every normal-priority event of this instant)."""
+    event._ok, event._value = True, None
+    env.schedule(event, priority)
+    return event

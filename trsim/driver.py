@@ -23,7 +23,7 @@ from trcore import CLIENT, Batch, ConfigError, InfeasibleError, PeerReq, Request
 from trcore.replicas import ReplicaTable
 from trsim.baselines import PerTokenLatency
 from trsim.chrome import StepRecord
-from trsim.clock import TICKS_PER_S, cost_ticks, to_ticks
+from trsim.clock import LATE, TICKS_PER_S, cost_ticks, fire, to_ticks
 from trsim.config import SimConfig
 from trsim.latency import PrefixCachedModel
 from trsim.metrics import RunStats, SimResult
@@ -31,18 +31,7 @@ from trsim.routing import build_programs
 from trsim.signals import StepSynthesizer
 from trsim.workload import PREFIX_KEY, WorkloadRunner
 
-#: Priority of launch decisions: after every completion and delivery at the same instant.
-LATE = NORMAL + 1
 _token_ids = attrgetter("token_ids")
-
-
-def _late_event(env: simpy.Environment) -> Event:
-    """An event that fires now, after all normal-priority events of this instant."""
-    event = Event(env)
-    event._ok = True
-    event._value = None
-    env.schedule(event, LATE)
-    return event
 
 
 class Simulation:
@@ -141,8 +130,7 @@ class Simulation:
             self._stopped = True
             event = Event(self.env)
             event.callbacks.append(StopSimulation.callback)
-            event._ok, event._value = True, None
-            self.env.schedule(event, NORMAL)
+            fire(self.env, event, NORMAL)
 
     def _check_drained(self) -> None:
         if self.num_active:
@@ -171,7 +159,7 @@ class Simulation:
             if hold:
                 yield Timeout(env, hold)
             if not self.cooldown_ticks and env.peek() == env.now:  # more happens now: decide to launch after it
-                yield _late_event(env)
+                yield fire(env, Event(env), LATE)
 
     def _complete(self, p: int, batch: Batch, launched: int, ticks: int) -> None:
         """Process ``p`` (model ``batch.model``) finished a step."""
@@ -277,8 +265,7 @@ class Simulation:
         event = self._wake[m]
         if event is not None:
             self._wake[m] = None
-            event._ok, event._value = True, None
-            self.env.schedule(event, LATE)
+            fire(self.env, event, LATE)
 
     def _result(self, wall_s: float) -> SimResult:
         end = self.env.now

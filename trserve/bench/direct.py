@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from trserve.bench.client import PROMPTS
-from trserve.config import ModelConfig
 from trserve.engine.tokenizer import Tokenizer
 from trserve.entrypoints import worker_command
+from trserve.model_config import ModelConfig
 from trserve.runtime.placement import place_models
 from trserve.runtime.runspec import resolve_model_path
 

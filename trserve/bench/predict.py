@@ -21,10 +21,10 @@ import numpy as np
 from trcore.errors import ConfigError, NotIrreducibleError
 from trcore.throughput import OptimizeResult, ThroughputModel
 from trserve.bench.client import metric_delta
-from trserve.config import EmulatedConfig
 from trserve.crossval.stack import StackCosts
 from trserve.engine.emulated import EmulatedLatency
 from trserve.hardware import check_profile_hardware
+from trserve.model_config import EmulatedConfig
 from trserve.paths import calibration_dir
 from trsim.baselines import apply_baseline
 from trsim.build import markov_config

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from trcore.errors import ConfigError
-from trserve.config import ModelConfig
 from trserve.entrypoints import worker_command
+from trserve.model_config import ModelConfig
 from trserve.runtime.placement import place_models
 from trserve.runtime.runspec import resolve_model_path
 from trserve.server.process import HttpChild

@@ -98,6 +98,17 @@ def markdown_table(
     return "\n".join(lines) + "\n"
 
 
+def drift_line(drift: dict[str, Any] | None) -> str:
+    """The drift probe's outcome as a markdown paragraph ("" for runs written before the probe existed)."""
+    if not drift:
+        return ""
+    if "ratios" not in drift:
+        return f"Drift probe: {drift['action']}.\n\n"
+    ratios = ", ".join(f"{r:.2f}x" for r in drift["ratios"])
+    applied = ", ".join(f"{f:.2f}" for f in drift["factors"])
+    return f"Drift probe: the engines stepped at {ratios} their profiles; {drift['action']} (factors {applied}).\n\n"
+
+
 def _pct(value: float | None) -> str:
     return "–" if value is None else f"{value:.1%}"
 

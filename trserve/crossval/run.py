@@ -35,7 +35,7 @@ from trserve.crossval.predict import (
     typical_context,
     typical_extend,
 )
-from trserve.crossval.report import add_errors, markdown_table, plot_cells, summarize
+from trserve.crossval.report import add_errors, drift_line, markdown_table, plot_cells, summarize
 from trserve.crossval.stack import STACK_FILE, StackCosts, StackProbe, costs_for_sim, probe_stack, stack_line
 from trserve.server.drift import DEFAULT_TOLERANCE, DriftReport
 
@@ -289,14 +289,3 @@ def write_outputs(doc: dict[str, Any], traces: dict[str, list[RequestTrace]], ou
         path.write_text("".join(json.dumps(trace_to_dict(t), separators=(",", ":")) + "\n" for t in items))
         paths.append(path)
     return paths
-
-
-def drift_line(drift: dict[str, Any] | None) -> str:
-    """The drift probe's outcome as a markdown paragraph ("" for runs written before the probe existed)."""
-    if not drift:
-        return ""
-    if "ratios" not in drift:
-        return f"Drift probe: {drift['action']}.\n\n"
-    ratios = ", ".join(f"{r:.2f}x" for r in drift["ratios"])
-    applied = ", ".join(f"{f:.2f}" for f in drift["factors"])
-    return f"Drift probe: the engines stepped at {ratios} their profiles; {drift['action']} (factors {applied}).\n\n"

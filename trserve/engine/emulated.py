@@ -6,9 +6,9 @@ emulated latency of its batch. The wait sleeps most of the time and spins on ``t
 fraction of a millisecond, so steps are accurate to tens of microseconds while costing almost no CPU; the CPU the
 spin does cost is counted (:attr:`EmulatedEngine.wait_cpu_s`) so a CPU budget can leave it out.
 
-Latency sources (``models[i].emulated`` in the serve config, :class:`trserve.config.EmulatedConfig`): a constant,
-a table by batch size, or a calibration profile's fit with its context and extend terms (optionally with jitter
-drawn from the profile's measured spread).
+Latency sources (``models[i].emulated`` in the serve config, :class:`trserve.model_config.EmulatedConfig`): a
+constant, a table by batch size, or a calibration profile's fit with its context and extend terms (optionally with
+jitter drawn from the profile's measured spread).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from trcore.errors import ConfigError
-from trserve.config import EmulatedConfig
 from trserve.engine.hash import HashEngine
 from trserve.engine.types import StepItem, TokenOut
+from trserve.model_config import EmulatedConfig
 from trsim.latency import LatencyModel, TableModel
 from trsim.profile import latency_from_profile, load_profile
 

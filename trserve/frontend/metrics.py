@@ -17,7 +17,7 @@ class Metrics:
     """Per-model step metrics (fed by subserver step reports) and request-level metrics of the front end.
 
     The ``model`` label names a subserver process: the model's name, or with replicas ``replica_names[m][r]``
-    (e.g. ``small-r1``, :meth:`trserve.config.ModelConfig.process_name`)."""
+    (e.g. ``small-r1``, :meth:`trserve.model_config.ModelConfig.process_name`)."""
 
     def __init__(self, model_names: list[str], replica_names: list[list[str]] | None = None) -> None:
         self.model_names = model_names

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 
 from trcore.errors import ConfigError
-from trserve.config import ModelConfig
+from trserve.model_config import ModelConfig
 
 
 @dataclass(frozen=True)

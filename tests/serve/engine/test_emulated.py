@@ -12,10 +12,11 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from tokenrouter.cli import app
-from trserve.config import EmulatedConfig, ServeConfig, load_config
+from trserve.config import ServeConfig, load_config
 from trserve.engine.emulated import EmulatedEngine, EmulatedLatency, wait_until
 from trserve.engine.hash import HashEngine
 from trserve.engine.types import StepItem
+from trserve.model_config import EmulatedConfig
 from trsim.profile import latency_from_profile, load_profile
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -1,0 +1,131 @@
+"""One model's section of the serve config (``models[i]``): its checkpoint and engine limits, its replicas, where
+they run (:class:`PlacementConfig`) and, with ``backend: emulated``, its step time (:class:`EmulatedConfig`); and
+the checks across the models of one config (:func:`check_models`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class StrictSection(BaseModel):
+    """A section of the serve config: an unknown field is an error and the values are frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PlacementConfig(StrictSection):
+    """Where one model runs. On CPU: ``cpus`` (core ids; None = an even share of this process's cores).
+    On CUDA: ``gpus`` (device ids, ``tensor_parallel_size`` per replica). A model with replicas splits them in
+    order: replica ``r`` gets the ``r``-th equal share."""
+
+    cpus: list[int] | None = None
+    gpus: list[int] | None = None
+    tensor_parallel_size: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _gpus_distinct(self) -> PlacementConfig:
+        if self.gpus is not None and len(set(self.gpus)) != len(self.gpus):
+            raise ValueError(f"gpus {self.gpus} name a device twice")
+        return self
+
+
+class EmulatedConfig(StrictSection):
+    """``backend: emulated``: one model's step time. Exactly one of ``latency_ms`` (a constant, or a list by batch
+    size from 1 whose last value holds beyond its end) and ``profile`` (a calibration profile JSON: its fit, with
+    context and extend terms); ``jitter`` draws each step's time from the profile's measured spread. ``overlap``:
+    the subserver sends a step's report while the next step runs, as a GPU engine's asynchronous output processing
+    lets it (false: the report goes before the next step starts, as with a synchronous engine)."""
+
+    latency_ms: float | list[float] | None = None
+    profile: str | None = None
+    jitter: bool = False
+    overlap: bool = True
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EmulatedConfig:
+        if (self.latency_ms is None) == (self.profile is None):
+            raise ValueError("emulated needs exactly one of latency_ms and profile")
+        values = [self.latency_ms] if isinstance(self.latency_ms, float | int) else self.latency_ms or []
+        if self.latency_ms is not None and (not values or any(not v > 0 for v in values)):
+            raise ValueError(f"emulated.latency_ms must be positive (a number or a non-empty list), got {values}")
+        if self.profile is not None and not Path(self.profile).expanduser().is_file():
+            raise ValueError(f"emulated.profile: no such file {self.profile!r}")
+        if self.jitter and self.profile is None:
+            raise ValueError("emulated.jitter needs a profile (it draws from the profile's measured spread)")
+        return self
+
+
+class ModelConfig(StrictSection):
+    """One model of the routed ensemble. ``path`` is an HF checkpoint directory, or ``prepared:NAME`` for a
+    checkpoint made by ``tokenrouter models prepare`` (optional with ``backend: emulated``, which needs
+    ``emulated`` instead)."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    path: str | None = None
+    emulated: EmulatedConfig | None = None
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    max_model_len: int = Field(2048, ge=16)
+    block_size: int = Field(32, ge=1)
+    kv_cache_gib: float = Field(1.0, gt=0)
+    max_num_seqs: int = Field(64, ge=1)
+    #: Copies of this model, each its own subserver process, engine and KV cache (``mode: routed`` only); a request
+    #: is pinned to one of them (the least loaded when it is admitted) for its whole life.
+    replicas: int = Field(1, ge=1, le=64)
+    placement: PlacementConfig = PlacementConfig()
+
+    @model_validator(mode="after")
+    def _devices_per_replica(self) -> ModelConfig:
+        place, k = self.placement, self.replicas
+        if place.gpus is not None and len(place.gpus) != place.tensor_parallel_size * k:
+            raise ValueError(
+                f"placement.gpus: {len(place.gpus)} given; {k} replica(s) x tensor_parallel_size "
+                f"{place.tensor_parallel_size} need {place.tensor_parallel_size * k}"
+            )
+        if place.cpus is not None and len(place.cpus) < k:
+            raise ValueError(f"placement.cpus: {len(place.cpus)} core(s) for {k} replicas; each replica needs its own")
+        return self
+
+    def process_name(self, replica: int) -> str:
+        """The name of the process running replica ``replica`` (logs, metrics): the model's name when it has one
+        replica, else ``NAME-rR``."""
+        return self.name if self.replicas == 1 else f"{self.name}-r{replica}"
+
+
+def check_models(mode: str, backend: str, models: list[ModelConfig]) -> None:
+    """The models of one config agree with each other and with its ``mode`` and ``backend`` (ValueError naming the
+    field otherwise)."""
+    _check_disjoint_cpus(models)
+    _check_backend_fields(backend, models)
+    _check_replicas(mode, models)
+
+
+def _check_disjoint_cpus(models: list[ModelConfig]) -> None:
+    seen: dict[int, str] = {}
+    for m in models:
+        for cpu in m.placement.cpus or ():
+            if cpu in seen:
+                raise ValueError(f"cpu {cpu} is given to both {seen[cpu]!r} and {m.name!r}; core sets must be disjoint")
+            seen[cpu] = m.name
+
+
+def _check_replicas(mode: str, models: list[ModelConfig]) -> None:
+    for i, m in enumerate(models):
+        if m.replicas > 1 and mode != "routed":
+            raise ValueError(f"models.{i}.replicas: {m.replicas} replicas need mode: routed (mode is {mode})")
+    names = [m.process_name(r) for m in models for r in range(m.replicas)]
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        raise ValueError(f"models: replica process names {clash} clash with a model's name; rename that model")
+
+
+def _check_backend_fields(backend: str, models: list[ModelConfig]) -> None:
+    for i, m in enumerate(models):
+        if backend == "emulated" and m.emulated is None:
+            raise ValueError(f"models.{i}.emulated is required with backend: emulated (e.g. {{latency_ms: 6.0}})")
+        if backend != "emulated" and m.emulated is not None:
+            raise ValueError(f"models.{i}.emulated is only read with backend: emulated (backend is {backend})")
+        if backend != "emulated" and m.path is None:
+            raise ValueError(f"models.{i}.path is required with backend: {backend}")
