@@ -10,6 +10,7 @@ reconfiguration and become per-request traces.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import shutil
 import tempfile
@@ -54,6 +55,15 @@ class StepRecord:
     #: ``backend: emulated``: the latency the step was given (None for other engines).
     emulated_s: float | None = None
 
+    @classmethod
+    def of(cls, report: StepReport, at: float) -> StepRecord:
+        """The record of ``report``, received at ``at``: its fields of the same names (every field but ``time``)."""
+        return cls(at, **{name: getattr(report, name) for name in _REPORTED})
+
+
+#: The fields a :class:`StepRecord` takes from its :class:`StepReport`.
+_REPORTED = tuple(f.name for f in dataclasses.fields(StepRecord) if f.name != "time")
+
 
 class CrossvalFrontEnd(FrontEnd):
     """The server's front end, which also keeps every step report and answers reconfiguration replies."""
@@ -71,21 +81,7 @@ class CrossvalFrontEnd(FrontEnd):
                 fut.set_result(msg)
             return
         if isinstance(msg, StepReport):
-            self.step_log.append(
-                StepRecord(
-                    time.monotonic(),
-                    msg.model,
-                    msg.batch_size,
-                    msg.step_s,
-                    msg.num_new_tokens,
-                    msg.num_handoffs,
-                    msg.handoffs_received,
-                    msg.handoff_transit_s,
-                    msg.handoffs_late,
-                    msg.host_gap_s,
-                    msg.emulated_s,
-                )
-            )
+            self.step_log.append(StepRecord.of(msg, time.monotonic()))
         super().handle(msg)
 
     async def reconfigure(self, model: int, timeout_s: float = 60.0, **changes: Any) -> TraceDump:
