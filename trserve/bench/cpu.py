@@ -94,7 +94,7 @@ def window_cpu(before: dict[str, Any], after: dict[str, Any], metrics_before: st
 
 def emulation_accuracy(metrics_before: str, metrics_after: str) -> dict[str, dict[str, float]]:
     """Per model: steps, mean emulated vs measured step time (ms), and the host gaps between back-to-back steps
-    (count, summed ms) over a window (emulated engines only)."""
+    (their count and their total in ms) over a window (emulated engines only)."""
     given = metric_delta(metrics_after, metrics_before, "tokenrouter_emulated_step_seconds_total")
     measured = metric_delta(metrics_after, metrics_before, "tokenrouter_step_seconds_sum")
     steps = metric_delta(metrics_after, metrics_before, "tokenrouter_steps_total")
@@ -106,7 +106,7 @@ def emulation_accuracy(metrics_before: str, metrics_after: str) -> dict[str, dic
             "emulated_ms": 1e3 * given[m] / steps[m],
             "measured_ms": 1e3 * measured[m] / steps[m],
             "host_gaps": gaps.get(m, 0.0),
-            "host_gap_ms": 1e3 * gap_s.get(m, 0.0),
+            "host_gap_total_ms": 1e3 * gap_s.get(m, 0.0),
         }
         for m in given
         if steps.get(m)
@@ -124,8 +124,8 @@ def cell_summary(windows: Sequence[dict[str, Any]], accuracy: Sequence[dict[str,
             cur["steps"] += a["steps"]
             cur["emulated_s"] += a["emulated_ms"] * a["steps"] / 1e3
             cur["measured_s"] += a["measured_ms"] * a["steps"] / 1e3
-            cur["gaps"] += a.get("host_gaps", 0.0)
-            cur["gap_s"] += a.get("host_gap_ms", 0.0) / 1e3
+            cur["gaps"] += a["host_gaps"]
+            cur["gap_s"] += a["host_gap_total_ms"] / 1e3
     steps = {m: {"steps": v["steps"], "emulated_ms": 1e3 * v["emulated_s"] / v["steps"],
                  "measured_ms": 1e3 * v["measured_s"] / v["steps"], "host_gaps": v["gaps"],
                  "mean_host_gap_ms": 1e3 * v["gap_s"] / v["gaps"] if v["gaps"] else None}
