@@ -36,6 +36,7 @@ from trserve.runtime.reports import (
     python_objects,
     rss_bytes,
     split_handoffs,
+    step_outcome,
     step_report,
     step_result,
 )
@@ -203,7 +204,8 @@ class SubserverLoop:
         counts = {"num_ready": self.sub.num_ready, "num_resident": len(self.sub.requests), "replica": self.replica,
                   "step_s": step_s, "host_gap_s": host_gap_s, **emulated_fields(self.engine)}  # fmt: skip
         finished, counts["num_handoffs"] = self._hand_off(batch, handoffs)  # at once: a peer may be waiting
-        self._pending = partial(self._report, batch, outputs_before, handoffs, finished, failed, counts)
+        outcome = step_outcome(batch, outputs_before, handoffs, finished, failed)  # now: the requests change later
+        self._pending = partial(self._report, outcome, counts)
         if not self.overlaps:
             self._publish_pending()
 
@@ -239,15 +241,11 @@ class SubserverLoop:
             publish, self._pending = self._pending, None
             publish()
 
-    def _report(
-        self, batch: Batch, before: list[int], handoffs: list[tuple[int, PeerReq]], finished: list[Finished],
-        failed: dict[str, str], counts: dict[str, Any],
-    ) -> None:  # fmt: skip
-        """Send a completed step's report (the loop's ``counts`` as they were when it completed). With an
-        overlapping engine this runs while the next step does: ``batch``'s requests change only when that step
-        completes."""
+    def _report(self, outcome: dict[str, Any], counts: dict[str, Any]) -> None:
+        """Send a completed step's report (its ``outcome`` and the loop's ``counts`` as they were when it completed;
+        with an overlapping engine this runs while the next step does)."""
         counts = {**counts, "kv_usage": self.engine.kv_usage()}
-        self.mailbox.send(FRONTEND, step_report(batch, before, handoffs, finished, failed, counts, self.stats))
+        self.mailbox.send(FRONTEND, step_report(outcome, counts, self.stats))
 
     def _hand_off(self, batch: Batch, handoffs: list[tuple[int, PeerReq]]) -> tuple[list[Finished], int]:
         """Send the step's hand-offs (one message per destination process), release the finished requests' KV;

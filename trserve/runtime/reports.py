@@ -19,7 +19,7 @@ def resume_points(batch: Batch, handoffs: list[tuple[int, PeerReq]], done: set[s
     The front end keeps the latest, to resume the request on that model if a process dies."""
     moved = {msg.request_id: dest for dest, msg in handoffs if dest != CLIENT and not msg.is_finished}
     return [
-        (r.request_id, moved.get(r.request_id, batch.model), r.num_output_tokens, r.extra or None)
+        (r.request_id, moved.get(r.request_id, batch.model), r.num_output_tokens, dict(r.extra) if r.extra else None)
         for r in batch.requests
         if r.request_id not in done and not r.is_finished
     ]
@@ -48,30 +48,30 @@ def step_result(batch: Batch, outs: dict[str, TokenOut]) -> StepResult:
     )
 
 
-def step_report(
-    batch: Batch,
-    before: list[int],
-    handoffs: list[tuple[int, PeerReq]],
-    finished: list[Finished],
+def step_outcome(
+    batch: Batch, before: list[int], handoffs: list[tuple[int, PeerReq]], finished: list[Finished],
     failed: dict[str, str],
-    counts: dict[str, Any],
-    stats: LoopStats,
-) -> StepReport:
-    """The report of a completed step of ``batch``: the tokens it committed past ``before`` (each request's output
-    length at launch), the requests it finished or failed, where the others go on, the loop's ``counts`` and
-    measurements as they were when the step completed, and the hand-offs ``stats`` received since the last report."""
+) -> dict[str, Any]:  # fmt: skip
+    """What a completed step of ``batch`` produced, as :class:`StepReport` fields, copied when it completes: the
+    tokens it committed past ``before`` (each request's output length at launch), the requests it finished or
+    failed, and where the others go on. A report sent later, while the next step runs, must not see what changed
+    the requests meanwhile (a peer handing one back, the next step's routing decisions)."""
     done = {f.request_id for f in finished} | set(failed)
-    return StepReport(
-        model=batch.model,
-        batch_size=batch.size,
-        num_new_tokens=sum(batch.num_new_tokens),
-        tokens=committed_tokens(batch, before, done),
-        finished=finished,
-        failed=[Failed(rid, message) for rid, message in failed.items()],
-        routes=resume_points(batch, handoffs, done),
-        **counts,
-        **stats.take_transit(),
-    )
+    return {
+        "model": batch.model,
+        "batch_size": batch.size,
+        "num_new_tokens": sum(batch.num_new_tokens),
+        "tokens": committed_tokens(batch, before, done),
+        "finished": finished,
+        "failed": [Failed(rid, message) for rid, message in failed.items()],
+        "routes": resume_points(batch, handoffs, done),
+    }
+
+
+def step_report(outcome: dict[str, Any], counts: dict[str, Any], stats: LoopStats) -> StepReport:
+    """The report of a completed step: its ``outcome`` (:func:`step_outcome`), the loop's ``counts`` and
+    measurements as they were when the step completed, and the hand-offs ``stats`` received since the last report."""
+    return StepReport(**outcome, **counts, **stats.take_transit())
 
 
 def split_handoffs(

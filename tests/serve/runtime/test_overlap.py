@@ -4,6 +4,7 @@ that log what happened in order; the tokens come from the hash reference, indepe
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -21,18 +22,18 @@ PROMPT = (300, 301, 302)
 
 
 class LoggedMailbox:
-    """Delivers its script once, then nothing; logs each report it is asked to send into ``log``."""
+    """Delivers its script, then each of ``later`` on the following receives, then nothing; logs each report it is
+    asked to send into ``log``."""
 
-    def __init__(self, log: list[tuple[str, Any]], script: list[Any]) -> None:
-        self.log, self.script = log, script
+    def __init__(self, log: list[tuple[str, Any]], script: list[Any], *later: list[Any]) -> None:
+        self.log, self.deliveries = log, [script, *later]
 
     def send(self, dest: int, message: Any) -> None:
         assert isinstance(message, StepReport if dest == FRONTEND else Handoffs)
         self.log.append(("report" if dest == FRONTEND else f"hand-off to {dest}", message))
 
     def receive_all(self, timeout_s: float | None) -> list[Any]:
-        script, self.script = self.script, []
-        return script
+        return self.deliveries.pop(0) if self.deliveries else []
 
     def rewire(self, dest: int, address: str) -> None: ...
 
@@ -121,3 +122,23 @@ def test_host_gap_is_measured_between_back_to_back_steps_only():
     reports = [msg for kind, msg in run(overlaps=True) if kind == "report"]
     assert reports[0].host_gap_s is None  # the first step followed an idle loop
     assert all(r.host_gap_s is not None and 0 <= r.host_gap_s < r.step_s * 50 for r in reports[1:])
+
+
+def test_a_deferred_report_says_what_its_own_step_did_though_a_peer_handed_the_request_back_meanwhile():
+    # "h" moves to model 1 after step 1; model 1 steps it and hands it back before model 0's loop starts step 2,
+    # whose start sends step 1's report. The report must say what step 1 did: one token, then model 1 continues
+    # after one output token with the routing state step 1 left (a resume after a crash starts from it).
+    log: list[tuple[str, Any]] = []
+    t0 = hash_next(0, list(PROMPT)).token_id
+    t1 = hash_next(1, [*PROMPT, t0]).token_id
+    back = PeerReq("h", len(PROMPT), (t0, t1), (len(PROMPT), len(PROMPT) + 1), 1, extra={"schedule_step": 2})
+    script = [arrival("r", 3), arrival("h", 5, schedule=[[1, True], [0, True]])]
+    box = LoggedMailbox(log, script, [Handoffs((back,), sent_at=time.time())])
+    sub = Subserver(ScheduleProgram(0, 2), BatchingPolicy(threshold=1))
+    loop = SubserverLoop(sub, LoggedEngine(log, overlaps=True), box, idle_poll_s=0.0)
+    loop.run_once()
+    loop.run_once()  # takes the hand-back, starts step 2 (with "h"), sends step 1's report
+    first = next(msg for kind, msg in log if kind == "report")
+    assert ("h", 0, (t0,)) in first.tokens
+    (route,) = [r for r in first.routes if r[0] == "h"]
+    assert route[1:3] == (1, 1) and route[3]["schedule_step"] == 1
