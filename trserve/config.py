@@ -82,9 +82,10 @@ class ServerConfig(StrictSection):
     stall_timeout_s: float | None = Field(120.0, gt=0)
     restart: RestartConfig = RestartConfig()
     log_dir: str | None = None
-    #: How the front end and worker processes talk: ``ipc`` sockets in the private run directory, or ``tcp``
-    #: sockets on random ports of ``bind_host``, authenticated and encrypted with per-run CURVE keys.
-    transport: Literal["ipc", "tcp"] = "ipc"
+    #: How the front end and worker processes talk: ``unix`` sockets in the private run directory (one machine,
+    #: no ZeroMQ: each message wakes only its receiver), ``ipc`` (ZeroMQ) sockets there, or ``tcp`` sockets on
+    #: random ports of ``bind_host``, authenticated and encrypted with per-run CURVE keys.
+    transport: Literal["ipc", "tcp", "unix"] = "unix"
     bind_host: str = "127.0.0.1"
 
 

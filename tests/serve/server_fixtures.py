@@ -2,9 +2,11 @@
 
 * ``vllm_server``: the real thing on the local pair (model 0 = large, model 1 = small), float32, routed by the
   ``schedule`` program so each request can carry its own hand-off schedule or hand-off probability;
-* ``hash_server``: the same machinery on the hash stand-in engine (starts in seconds);
+* ``hash_server``: the same machinery on the hash stand-in engine (starts in seconds), over ``server.transport:
+  ipc`` (ZeroMQ);
 * ``tcp_hash_server``: ``hash_server`` with ``server.transport: tcp`` (CURVE on every socket); its run specs
-  (with the run's keys) are in ``Served.log_dir``.
+  (with the run's keys) are in ``Served.log_dir``;
+* ``unix_hash_server``: ``hash_server`` with ``server.transport: unix`` (Unix sockets, no ZeroMQ).
 """
 
 from __future__ import annotations
@@ -111,7 +113,8 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 def hash_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     large, small = model_dirs()
     dirs = (large, small)
-    yield from start_served(tmp_path_factory.mktemp("hash-server"), server_config(dirs, backend="hash"), dirs)
+    config = server_config(dirs, backend="hash", transport="ipc")  # ZeroMQ; the default (unix) has its own server
+    yield from start_served(tmp_path_factory.mktemp("hash-server"), config, dirs)
 
 
 @pytest.fixture(scope="session")
@@ -122,6 +125,14 @@ def tcp_hash_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served
     # stream_interval 4: tests/serve/frontend/test_stream_interval.py checks the chunking on this server.
     config = server_config(dirs, backend="hash", transport="tcp", log_dir=str(tmp / "logs"), stream_interval=4)
     yield from start_served(tmp, config, dirs)
+
+
+@pytest.fixture(scope="session")
+def unix_hash_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    large, small = model_dirs()
+    dirs = (large, small)
+    tmp = tmp_path_factory.mktemp("unix-server")
+    yield from start_served(tmp, server_config(dirs, backend="hash", transport="unix"), dirs)
 
 
 def wait_idle(server: Served, timeout_s: float = 30.0) -> dict:

@@ -22,7 +22,8 @@ from trserve.frontend.pinning import Pinning
 from trserve.frontend.probes import Prober
 from trserve.runtime.messages import Abort, Failed, Finished, Ready, State, StepReport
 from trserve.runtime.reports import touched_requests
-from trserve.runtime.transport import AsyncMailbox, CurveKeys
+from trserve.runtime.transport import CurveKeys
+from trserve.runtime.unix_transport import open_async_mailbox
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ class FrontEnd:
         self.restarting: set[int] = set()
         self.ready_waiters: dict[int, asyncio.Future[Ready]] = {}
         self.on_ready: Callable[[Ready], None] | None = None
-        self.mailbox = AsyncMailbox(inbox_address, inboxes, keys)
+        self.mailbox = open_async_mailbox(inbox_address, inboxes, keys)
         self.counts = CountPublisher(num_subservers, self.mailbox)
         self.prober = Prober(self.mailbox.send)  # not self.send: no reference cycle back to the front end
         self._receiver: asyncio.Task[None] | None = None

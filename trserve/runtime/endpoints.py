@@ -4,8 +4,8 @@ run's CURVE keys on ``tcp``.
 A process binds first and reports its address second: the front end binds before any worker starts (its
 address goes into the run spec); a worker binds ``bind_address(index)`` and reports what it got in its
 ``Ready`` message, and the launcher then tells every peer (``Rewire``), as it does when a worker restarts at a
-new address. On ``ipc`` the addresses are socket files in the run directory and known in advance; on ``tcp``
-each inbox binds a random port on its host: the run's ``host`` (``server.bind_host``), or the process's own
+new address. On ``ipc`` and ``unix`` the addresses are socket files in the run directory and known in advance;
+on ``tcp`` each inbox binds a random port on its host: the run's ``host`` (``server.bind_host``), or the process's own
 when :data:`BIND_HOST_ENV` is set in its environment (a worker on another node binds its node's address; the
 front end's host must be one every node reaches).
 """
@@ -18,10 +18,11 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from trserve.runtime.transport import FRONTEND, CurveKeys, Mailbox
+from trserve.runtime.unix_transport import UnixMailbox, open_mailbox
 
 #: Environment variable that overrides the host a worker's ``tcp`` inbox binds (e.g. its node's IP address).
 BIND_HOST_ENV = "TOKENROUTER_BIND_HOST"
-Transport = Literal["ipc", "tcp"]
+Transport = Literal["ipc", "tcp", "unix"]
 
 
 @dataclass(frozen=True)
@@ -44,15 +45,16 @@ class Endpoints:
         """Where process ``index`` binds its inbox (``tcp``: a random port, read back once bound)."""
         if self.transport == "tcp":
             return f"tcp://{os.environ.get(BIND_HOST_ENV) or self.host}:*"
+        scheme = "unix" if self.transport == "unix" else "ipc"
         if index == FRONTEND:
-            return f"ipc://{self.run_dir}/frontend.sock"
+            return f"{scheme}://{self.run_dir}/frontend.sock"
         gen = self.generation[index] if self.generation else 0
-        return f"ipc://{self.run_dir}/proc-{index}-g{gen}.sock"
+        return f"{scheme}://{self.run_dir}/proc-{index}-g{gen}.sock"
 
     def address(self, index: int) -> str | None:
-        """Process ``index``'s inbox as bound (``ipc``: also before it binds); None while unknown."""
+        """Process ``index``'s inbox as bound (``ipc``, ``unix``: also before it binds); None while unknown."""
         known = self.addresses.get(index)
-        if known is None and self.transport == "ipc":
+        if known is None and self.transport != "tcp":
             return self.bind_address(index)
         return known
 
@@ -82,12 +84,12 @@ class Endpoints:
         book = {p: self.address(p) for p in (*range(self.num_procs), FRONTEND)}
         return {p: a for p, a in book.items() if a is not None}
 
-    def mailbox(self, index: int) -> Mailbox:
+    def mailbox(self, index: int) -> Mailbox | UnixMailbox:
         """Process ``index``'s mailbox: its own inbox bound, an outbox to every peer whose address is known
         (messages for the others wait until a ``Rewire`` names their address)."""
         book = self.address_book()
         book.pop(index, None)
-        return Mailbox(self.bind_address(index), book, self.keys)
+        return open_mailbox(self.bind_address(index), book, self.keys)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

@@ -56,6 +56,19 @@ class CurveKeys:
         return hmac.compare_digest(client_key, self.client_public.encode())
 
 
+def decoded(data: bytes, counts: Counter[str], where: str) -> Any | None:
+    """The message in ``data`` (counted by type in ``counts``), or None (logged, counted as :data:`BAD`) when it
+    is not one."""
+    try:
+        message = decode(data)
+    except WireError as exc:
+        counts[BAD] += 1
+        log.warning("dropped a message on %s: %s", where, exc)
+        return None
+    counts[type(message).__name__] += 1
+    return message
+
+
 def _push_socket(ctx: zmq.Context[Any], address: str, keys: CurveKeys | None) -> zmq.Socket[Any]:
     sock = ctx.socket(zmq.PUSH)
     sock.setsockopt(zmq.LINGER, 0)  # a closed outbox drops what a dead peer never took
@@ -90,14 +103,7 @@ class Inbox:
 
     def decoded(self, data: bytes) -> Any | None:
         """The message in ``data``, or None (logged, counted as :data:`BAD`) when it is not one."""
-        try:
-            message = decode(data)
-        except WireError as exc:
-            self.counts[BAD] += 1
-            log.warning("dropped a message on %s: %s", self.address, exc)
-            return None
-        self.counts[type(message).__name__] += 1
-        return message
+        return decoded(data, self.counts, self.address)
 
     def close(self) -> None:
         self.socket.close(linger=0)

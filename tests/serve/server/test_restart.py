@@ -99,7 +99,7 @@ async def streams(server: Served, kill_pid: int | None = None) -> Run:
         return Run(results, list(await asyncio.gather(*plains)), late_status)
 
 
-@pytest.fixture(params=["hash", "tcp_hash", "vllm"], scope="module")
+@pytest.fixture(params=["hash", "tcp_hash", "unix_hash", "vllm"], scope="module")
 def server(request: pytest.FixtureRequest) -> Served:
     served: Served = request.getfixturevalue(f"{request.param}_server")
     return served
@@ -149,7 +149,7 @@ def test_killed_model_costs_latency_not_requests(server: Served, uninterrupted: 
     workers = {w["model"]: w for w in after["workers"]}
     assert workers[victim]["pid"] != pid
     assert [(w["num_resident"], w["kv_usage"]) for w in workers.values()] == [(0, 0.0)] * len(workers)
-    # A new inbox (tcp: a new port; ipc: a new socket file), and the peer was told by one Rewire.
+    # A new inbox (tcp: a new port; ipc, unix: a new socket file), and the peer was told by one Rewire.
     assert after["inboxes"][str(victim)] != before["inboxes"][str(victim)]
     peer = 1 - victim
     told = [next(w for w in s["workers"] if w["model"] == peer)["received"].get("Rewire", 0) for s in (before, after)]
