@@ -9,7 +9,7 @@ with the tail of its log.
 
 Wiring (:mod:`trserve.runtime.endpoints`): a worker's run spec names every inbox bound so far (the front end's
 first); it binds its own and reports it in ``Ready``. Once all are ready the launcher tells each worker, by
-``Rewire``, every peer address its spec did not have (all of them on ``tcp``; none on ``ipc``, whose socket
+``Rewire``, every peer address its spec did not have (all of them on ``tcp``; none on ``unix`` or ``ipc``, whose socket
 files are known in advance); a restarted worker's new address reaches its peers the same way.
 """
 
