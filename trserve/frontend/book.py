@@ -23,7 +23,7 @@ from trserve.frontend.probes import Prober
 from trserve.runtime.messages import Abort, Failed, Finished, Ready, State, StepReport
 from trserve.runtime.reports import touched_requests
 from trserve.runtime.transport import CurveKeys
-from trserve.runtime.unix_transport import open_async_mailbox
+from trserve.runtime.unix_async import open_async_mailbox
 
 log = logging.getLogger(__name__)
 

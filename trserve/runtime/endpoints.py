@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from trserve.runtime.transport import FRONTEND, CurveKeys, Mailbox
-from trserve.runtime.unix_transport import UnixMailbox, open_mailbox
+from trserve.runtime.unix_async import open_mailbox
+from trserve.runtime.unix_transport import UnixMailbox
 
 #: Environment variable that overrides the host a worker's ``tcp`` inbox binds (e.g. its node's IP address).
 BIND_HOST_ENV = "TOKENROUTER_BIND_HOST"

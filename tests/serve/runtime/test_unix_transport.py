@@ -12,7 +12,8 @@ from trcore import PeerReq
 from trserve.runtime.endpoints import Endpoints
 from trserve.runtime.messages import Abort, Probe
 from trserve.runtime.transport import BAD, FRONTEND
-from trserve.runtime.unix_transport import FRAME_BYTES, LAST, AsyncUnixMailbox, UnixMailbox, path_of
+from trserve.runtime.unix_async import AsyncUnixMailbox
+from trserve.runtime.unix_transport import FRAME_BYTES, LAST, UnixMailbox, path_of
 from trserve.runtime.wire import encode
 
 
