@@ -22,7 +22,7 @@ class AsyncUnixMailbox:
         self.inbox = UnixInbox(bind_address)
         self.address, self.counts = self.inbox.address, self.inbox.counts
         self.outboxes = UnixOutboxes(peers)
-        self.rewire, self.disconnect = self._then_retry(self.outboxes.rewire), self.outboxes.disconnect
+        self.disconnect = self.outboxes.disconnect
         self._messages: deque[Any] = deque()
         self._arrived: asyncio.Event | None = None
         self._retry: asyncio.TimerHandle | None = None
@@ -39,12 +39,9 @@ class AsyncUnixMailbox:
         self.outboxes.send(dest, message)
         self._schedule_retry()
 
-    def _then_retry(self, action: Any) -> Any:
-        def run(*args: Any) -> None:
-            action(*args)
-            self._schedule_retry()
-
-        return run
+    def rewire(self, dest: int, address: str) -> None:
+        self.outboxes.rewire(dest, address)
+        self._schedule_retry()
 
     def _schedule_retry(self) -> None:
         """While a peer has yet to take something, retry soon on the running loop."""
