@@ -113,13 +113,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=64)
     parser.add_argument("--window-s", type=float, default=6.0)
+    parser.add_argument("--warmup-s", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--systems", default=",".join(["tokenrouter", *FLOORS]))
     parser.add_argument("--config", default="configs/emulated-r2r-a100.yaml")
     parser.add_argument("--out", default="docs/bench-emulated/stream-floor.json")
     args = parser.parse_args()
-    work = Workload(args.max_tokens, warmup_s=2.0, window_s=args.window_s)
+    work = Workload(args.max_tokens, warmup_s=args.warmup_s, window_s=args.window_s)
     runs = []
     for _ in range(args.rounds):
         for system in args.systems.split(","):
@@ -133,6 +134,7 @@ def main() -> None:
         "config": args.config,
         "concurrency": args.n,
         "max_tokens": args.max_tokens,
+        "warmup_s": args.warmup_s,
         "window_s": args.window_s,
         "inputs": "this run: every figure is measured here; the floors' step times and routing chain are the "
         "config's (6.0 / 27.9 ms, P = [[0.65, 0.35], [1, 0]]), hard-coded in stream_floor_servers.py",

@@ -52,7 +52,8 @@ class Stream:
         events = [HEAD + text.encode() + TAIL]
         if self.left == 0:
             usage = {"usage": {"prompt_tokens": 5, "completion_tokens": self.num_tokens}, "choices": []}
-            events += [b"data: " + json.dumps(usage).encode() + b"\n\n", b"data: [DONE]\n\n", None]
+            usage_event = b"data: " + json.dumps(usage, separators=(",", ":")).encode() + b"\n\n"
+            events += [usage_event, b"data: [DONE]\n\n", None]
         for event in events:
             if self.direct:
                 self.write(event)
