@@ -47,6 +47,8 @@ class Cell:
     predicted_sim: float | None = None
     predicted_sim_stack: float | None = None
     predicted_own_steps: float | None = None
+    #: The model fed this cell's own routing statistics (its windows' P and C): a diagnosis, never a result.
+    predicted_own_routing: float | None = None
     latency_source: str = ""
     #: The routing program's parameters the server ran (None for single-model systems).
     router_params: dict[str, Any] | None = None

@@ -45,7 +45,8 @@ class BenchDisplay:
     def cell_done(self, cell: Any) -> None:
         tputs = [x.throughput_tok_s for x in cell.loads]
         figures = {"model": cell.predicted_model, "sim": cell.predicted_sim,
-                   "model with measured steps": cell.predicted_own_steps}  # fmt: skip
+                   "model with measured steps": cell.predicted_own_steps,
+                   "model with this cell's routing": cell.predicted_own_routing}  # fmt: skip
         shown = [f"{name} {v:.1f}" for name, v in figures.items() if v is not None]
         pred = f" | predicted: {', '.join(shown)}" if shown else ""
         b = f" B={cell.thresholds}" if cell.thresholds else ""

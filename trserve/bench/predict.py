@@ -217,6 +217,18 @@ def model_prediction(P: Matrix, C: Matrix, tables: Tables, concurrency: int, thr
     return float(result.throughput_tok_s)
 
 
+def own_routing_prediction(
+    stats: Sequence[list[StepStats]], tables: Tables, concurrency: int, thresholds: Sequence[int]
+) -> float | None:
+    """The model fed one cell's own routing statistics (P and C of its windows, pooled): how much of the cell's
+    distance to the prediction is its windows' routing drawing more or fewer large-model tokens than the learned
+    chain. In-sample: a diagnosis, never a result. None without windows or for one model."""
+    if not stats or len(stats[0]) < 2:
+        return None
+    P, C = routing_matrices(pool_stats(stats))
+    return model_prediction(P, C, tables, concurrency, thresholds)
+
+
 #: A delayed-batching vector is used only when the model predicts it beats B = 1 by more than this (the model's
 #: own error on this machine is several percent; see ``ThroughputModel.optimize``).
 MIN_GAIN = 0.03

@@ -49,6 +49,7 @@ def run_item(cell: Any) -> dict[str, Any]:
         "predicted_sim_stack_tok_s": cell.predicted_sim_stack,
         "latency_source": cell.latency_source,
         "predicted_model_own_steps_tok_s": cell.predicted_own_steps,
+        "predicted_model_own_routing_tok_s": cell.predicted_own_routing,
         "busy_fraction": [statistics.mean(s[m].step_seconds / x.window_s for s, x in zip(cell.stats, cell.loads,
                                                                                           strict=True))
                           for m in range(num_models)],

@@ -164,6 +164,7 @@ class BenchRunner:
         P, C, thresholds = self._routing(cell)
         baseline = _SIM_BASELINE[cell.system]
         cell.predicted_model = predict.model_prediction(P, C, tables, n, thresholds)
+        cell.predicted_own_routing = predict.own_routing_prediction(cell.stats, tables, n, thresholds)
         cell.predicted_sim = predict.sim_prediction(P, C, tables, n, thresholds, baseline, self.plan.sim_tokens)
         if self.plan.stack is not None and cell.system in STACK_SYSTEMS:
             cell.predicted_sim_stack = predict.sim_prediction(

@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from trserve.bench.client import RequestRecord, summarize
-from trserve.bench.predict import StepStats, fit_line, model_prediction, routing_matrices, sim_prediction
+from trserve.bench.predict import (
+    StepStats,
+    fit_line,
+    model_prediction,
+    own_routing_prediction,
+    routing_matrices,
+    sim_prediction,
+)
 from trserve.bench.systems import SYSTEMS, system_config
 from trserve.config import ServeConfig
 from trserve.server.defaults import DEFAULT_CONFIG
@@ -59,6 +66,26 @@ def test_routing_matrices_recover_drop_and_return() -> None:
     P, C = routing_matrices([small, large])
     assert P == [[0.75, 0.25], [1.0, 0.0]]
     assert C[0][1] == 0.0 and C[1][0] == 1.0
+
+
+def test_the_own_routing_diagnosis_reads_the_cells_windows_pooled() -> None:
+    """One request (N = 1, B = 1) on 6.0 / 27.9 ms steps; the small model hands off a fraction ``a`` of its
+    steps (dropping that token), the large one commits one and returns: a cycle of 1/a small steps and one large
+    step commits 1/a tokens, so 1 / (Ls + a Ll) tok/s. Two windows handing off 40% and 60% pool to a = 0.5."""
+    tables = [[0.006], [0.0279]]
+
+    def window(a: float) -> list[StepStats]:
+        small = StepStats(request_steps=100, steps=100, step_seconds=0.6, handoffs=100 * a, tokens=100 * (1 - a))
+        large = StepStats(request_steps=100 * a, steps=100 * a, step_seconds=2.79 * a, handoffs=100 * a,
+                          tokens=100 * a)  # fmt: skip
+        return [small, large]
+
+    pooled = own_routing_prediction([window(0.4), window(0.6)], tables, 1, [1, 1])
+    assert pooled == pytest.approx(1 / (0.006 + 0.5 * 0.0279), rel=0.02)
+    assert own_routing_prediction([window(0.25)], tables, 1, [1, 1]) == pytest.approx(
+        1 / (0.006 + 0.25 * 0.0279), rel=0.02
+    )
+    assert own_routing_prediction([], tables, 1, [1, 1]) is None
 
 
 def test_fit_line_recovers_a_linear_latency() -> None:
