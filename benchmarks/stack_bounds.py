@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -91,7 +92,8 @@ def main() -> None:
     if tables is None:
         raise SystemExit(f"{args.bench}: not a bench on emulated engines")
     rows = [cell(r, routing, tables, stack, names) for r in bench["runs"] if r["system"] in SYSTEMS]
-    doc = {"command": "python benchmarks/stack_bounds.py", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    command = " ".join(["python benchmarks/stack_bounds.py", *sys.argv[1:]])
+    doc = {"command": command, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "bench": str(args.bench), "bench_created": bench["created"], "stack": str(args.stack),
            "stack_costs": stack.to_dict(), "cells": rows}  # fmt: skip
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
