@@ -8,8 +8,10 @@ time between steps), beside the model and the measured rate.
 
 The costs come from the probe's own run, not from the bench's cells, so those columns are predictions; the
 "measured" column is the bench's, and ``sim_cell_host_gaps`` (the probe's costs with each cell's own measured mean
-host gaps) is a diagnosis in sample: how much of the measured rate the cell's host gaps account for. Simulator
-runs are as the bench's (20,000 tokens after a 10% warm-up).
+host gaps) is a diagnosis in sample: how much of the measured rate the cell's host gaps account for. Those run on
+endless requests, as the throughput model's chain; ``sim_closed_loop_all_costs`` puts all the probe's costs in
+the bench's closed loop instead (requests of the bench's ``max_tokens``, the probe's client turnaround before a
+session's next request). Simulator runs are as the bench's (20,000 tokens after a 10% warm-up).
 """
 
 from __future__ import annotations
@@ -50,9 +52,16 @@ def with_cell_gaps(stack: StackCosts, run: dict[str, Any], names: list[str]) -> 
 
 
 def cell(
-    run: dict[str, Any], routing: dict[str, Any], tables: list[list[float]], stack: StackCosts, names: list[str]
+    run: dict[str, Any],
+    routing: dict[str, Any],
+    tables: list[list[float]],
+    stack: StackCosts,
+    names: list[str],
+    output_tokens: int,
 ) -> dict:
-    """One routed cell: the model, the measured rate, and the simulator under each variant of the costs."""
+    """One routed cell: the model, the measured rate, and the simulator under each variant of the costs (on
+    endless requests), and with all of them in the bench's closed loop (``output_tokens`` per request, the
+    probe's client turnaround between a session's requests)."""
     n, system = run["concurrency"], run["system"]
     thresholds = run["thresholds"] or [1] * len(tables)
     row: dict[str, Any] = {
@@ -62,9 +71,10 @@ def cell(
         "measured_tok_s": run["throughput_tok_s"],
         "model_tok_s": run["predicted_model_tok_s"],
     }
+    common = (routing["P"], routing["C"], tables, n, thresholds, SYSTEMS[system], SIM_TOKENS)
     for name, costs in {**variants(stack), "sim_cell_host_gaps_tok_s": with_cell_gaps(stack, run, names)}.items():
-        row[name] = sim_prediction(routing["P"], routing["C"], tables, n, thresholds, SYSTEMS[system], SIM_TOKENS,
-                                   costs)  # fmt: skip
+        row[name] = sim_prediction(*common, costs)
+    row["sim_closed_loop_all_costs_tok_s"] = sim_prediction(*common, stack, output_tokens)
     row["over_model"] = {k: row[k] / row["model_tok_s"] for k in row if k.endswith("_tok_s") and k != "model_tok_s"}
     return row
 
@@ -91,7 +101,8 @@ def main() -> None:
     tables = emulated_tables(config, names, top)
     if tables is None:
         raise SystemExit(f"{args.bench}: not a bench on emulated engines")
-    rows = [cell(r, routing, tables, stack, names) for r in bench["runs"] if r["system"] in SYSTEMS]
+    output_tokens = int(bench["settings"]["max_tokens"])
+    rows = [cell(r, routing, tables, stack, names, output_tokens) for r in bench["runs"] if r["system"] in SYSTEMS]
     command = " ".join(["python benchmarks/stack_bounds.py", *sys.argv[1:]])
     doc = {"command": command, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "bench": str(args.bench), "bench_created": bench["created"], "stack": str(args.stack),

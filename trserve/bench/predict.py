@@ -31,7 +31,9 @@ from trsim.build import markov_config
 from trsim.config import PerTokenConfig
 from trsim.driver import simulate
 from trsim.latency import LatencyModel, ScaledModel, TableModel
+from trsim.lengths import constant
 from trsim.profile import latency_from_profile, load_profile
+from trsim.workload import WorkloadConfig
 
 Matrix = Sequence[Sequence[float]]
 Tables = Sequence[Sequence[float]]
@@ -266,13 +268,20 @@ def sim_prediction(
     baseline: str,
     tokens: int,
     stack: StackCosts | None = None,
+    output_tokens: int | None = None,
 ) -> float:
     """Throughput (tok/s) of the SimPy simulator for ``baseline`` (a ``trsim.baselines`` name); with ``stack``, the
-    serving stack's measured costs added (each step's host gap, each hand-off's transit; requests here never end,
-    so the client turnaround does not apply)."""
+    serving stack's measured costs added (each step's host gap, each hand-off's transit). Requests never end,
+    unless ``output_tokens`` is given: then each session's requests write that many tokens and the next one
+    starts after the stack's client turnaround (the closed loop of a bench's clients)."""
 
     latency = [TableModel(list(range(1, len(t) + 1)), list(t)) for t in tables]
-    config = markov_config(P, C, latency, thresholds, concurrency=concurrency, workload="endless", seed=0)
+    workload: WorkloadConfig | str = "endless"
+    if output_tokens is not None:
+        turnaround = stack.client_turnaround_s if stack is not None else 0.0
+        workload = WorkloadConfig(prompt_tokens=constant(16), output_tokens=constant(output_tokens),
+                                  think_time_s=turnaround)  # fmt: skip
+    config = markov_config(P, C, latency, thresholds, concurrency=concurrency, workload=workload, seed=0)
     if stack is not None:
         config = replace(config, **stack.sim_fields())
     result = simulate(apply_baseline(config, baseline), tokens=tokens, warmup_tokens=tokens // 10)

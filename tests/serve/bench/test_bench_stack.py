@@ -37,6 +37,18 @@ def test_hand_off_transit_adds_to_every_move() -> None:
     assert costly == pytest.approx(1 / (LATENCY_S + 0.001), rel=0.01)
 
 
+def test_a_closed_loop_adds_the_clients_turnaround_between_requests() -> None:
+    """One session of 4-token requests on one model (L = 6 ms), a 10 ms turnaround, a 2 ms host gap between
+    back-to-back steps: a request is 4 steps and 3 gaps (its first step follows an idle model), then the
+    turnaround, so 4 / (4 L + 3 g + t) tok/s; endless requests step back to back: 1 / (L + g)."""
+    tables = [[LATENCY_S] * 4]
+    costs = StackCosts(host_gap_s=(0.002,), handoff_transit_s=(0.0,), client_turnaround_s=0.010)
+    closed = sim_prediction([[1.0]], [[1.0]], tables, 1, [1], "tokenrouter", 2000, costs, output_tokens=4)
+    endless = sim_prediction([[1.0]], [[1.0]], tables, 1, [1], "tokenrouter", 2000, costs)
+    assert closed == pytest.approx(4 / (4 * LATENCY_S + 3 * 0.002 + 0.010), rel=0.01)
+    assert endless == pytest.approx(1 / (LATENCY_S + 0.002), rel=0.01)
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [(None, "is not a file"), ({"host_gap_s": [0.001]}, "host_gap_s and handoff_transit_s"),
