@@ -59,9 +59,10 @@ def bench(
     from trserve.bench.display import BenchDisplay
     from trserve.bench.drift import probe_bench
     from trserve.bench.outputs import write_outputs
-    from trserve.bench.predict import check_num_models, check_one_copy
+    from trserve.bench.predict import check_one_copy
     from trserve.bench.runner import BenchRunner
     from trserve.bench.systems import check_names
+    from trserve.bench.window_stats import check_num_models
     from trserve.config import ServeConfig, load_config
     from trserve.crossval.stack import load_stack
     from trserve.server.defaults import default_config

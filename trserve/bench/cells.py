@@ -9,7 +9,7 @@ from typing import Any
 from trserve.bench import predict
 from trserve.bench.client import LoadResult, Workload
 from trserve.bench.drift import NOT_PROBED, BenchDrift
-from trserve.bench.predict import StepStats
+from trserve.bench.window_stats import StepStats
 from trserve.crossval.stack import StackCosts
 
 

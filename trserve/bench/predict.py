@@ -1,9 +1,7 @@
 """Predicted throughput of each benchmarked system: the throughput model (Markov chain) and the simulator, fed
 routing statistics (P, C) and step latencies L_i(b).
 
-P and C come from the server's own counters over measured windows: per model, request-steps ``S`` (sum of batch
-sizes), hand-offs ``H`` and committed tokens ``T``. A request stays with probability ``1 - H/S`` and commits one
-token then; the tokens a hand-off commits follow from the rest: ``c_ij = (T - (S - H)) / H``.
+P and C come from the server's own counters over measured windows (``trserve.bench.window_stats``).
 Latencies come from a calibration profile of this machine when one exists (``calibration/profiles/<tag>/`` or
 ``calibration/<tag>/``, linear fit; times the drift probe's factor, ``trserve.bench.drift``), else from a
 least-squares line through the measured (mean batch, mean step) points of the same runs.
@@ -12,7 +10,7 @@ least-squares line through the measured (mean batch, mean step) points of the sa
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +18,7 @@ import numpy as np
 
 from trcore.errors import ConfigError, NotIrreducibleError
 from trcore.throughput import OptimizeResult, ThroughputModel
-from trserve.bench.client import metric_delta
+from trserve.bench.window_stats import StepStats, pool_stats, routing_matrices
 from trserve.crossval.stack import StackCosts
 from trserve.engine.emulated import EmulatedLatency
 from trserve.hardware import check_profile_hardware
@@ -41,46 +39,6 @@ Tables = Sequence[Sequence[float]]
 BENCH_CONTEXT = 24
 #: Time grid of the throughput model: 2 ms keeps N = 16 solvable in seconds (latencies here are 25-85 ms).
 QUANTUM_S = 2e-3
-#: Predictions estimate routing statistics for at most this many models (see :func:`check_num_models`).
-MAX_PREDICTED_MODELS = 2
-
-
-@dataclass(frozen=True)
-class StepStats:
-    """One model's counters over one window."""
-
-    request_steps: float
-    steps: float
-    step_seconds: float
-    handoffs: float
-    tokens: float
-
-    @property
-    def mean_batch(self) -> float:
-        return self.request_steps / self.steps if self.steps else 0.0
-
-    @property
-    def mean_step_s(self) -> float:
-        return self.step_seconds / self.steps if self.steps else 0.0
-
-
-def step_stats(after: str, before: str, names: Sequence[str]) -> list[StepStats]:
-    """Per model (in ``names`` order) counters between two ``/metrics`` texts."""
-    fields = ("tokenrouter_batch_size_sum", "tokenrouter_steps_total", "tokenrouter_step_seconds_sum",
-              "tokenrouter_handoffs_total", "tokenrouter_tokens_total")  # fmt: skip
-    deltas = [metric_delta(after, before, f) for f in fields]
-    return [StepStats(*(d.get(n, 0.0) for d in deltas)) for n in names]
-
-
-def check_num_models(num_models: int) -> None:
-    """Predictions estimate P and C for one model or a pair (each model's only peer is the other one); refuse
-    more models rather than predict them wrongly."""
-    if num_models > MAX_PREDICTED_MODELS:
-        raise ConfigError(
-            "models",
-            f"bench predictions support at most {MAX_PREDICTED_MODELS} models (P and C are estimated for a pair), "
-            f"but the config has {num_models}; bench a two-model config",
-        )
 
 
 def check_one_copy(replicas: Sequence[int]) -> None:
@@ -92,23 +50,6 @@ def check_one_copy(replicas: Sequence[int]) -> None:
             f"tokenrouter bench runs one copy of each model, but the config has replicas {list(replicas)}; "
             "measure replicas with benchmarks/replicas_bench.py",
         )
-
-
-def routing_matrices(stats: Sequence[StepStats]) -> tuple[list[list[float]], list[list[float]]]:
-    """P and C of a two-model (or one-model) system from pooled counters."""
-    m = len(stats)
-    check_num_models(m)
-    if m == 1:
-        return [[1.0]], [[1.0]]
-    P = [[0.0] * m for _ in range(m)]
-    C = [[1.0] * m for _ in range(m)]
-    for i, s in enumerate(stats):
-        j = 1 - i
-        away = s.handoffs / s.request_steps if s.request_steps else 0.0
-        P[i][i], P[i][j] = 1.0 - away, away
-        if s.handoffs:
-            C[i][j] = float(np.clip((s.tokens - (s.request_steps - s.handoffs)) / s.handoffs, 0.0, 1.0))
-    return P, C
 
 
 def fit_line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
@@ -286,17 +227,3 @@ def sim_prediction(
         config = replace(config, **stack.sim_fields())
     result = simulate(apply_baseline(config, baseline), tokens=tokens, warmup_tokens=tokens // 10)
     return float(result.throughput_tok_s)
-
-
-def pool_stats(stats: Sequence[list[StepStats]]) -> list[StepStats]:
-    """Per model, the counters of several windows added up."""
-    num = len(stats[0])
-    return [
-        StepStats(
-            *(
-                sum(getattr(s[m], f) for s in stats)
-                for f in ("request_steps", "steps", "step_seconds", "handoffs", "tokens")
-            )
-        )
-        for m in range(num)
-    ]

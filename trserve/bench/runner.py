@@ -13,7 +13,7 @@ from typing import Any
 
 from trcore.errors import NotIrreducibleError
 from trserve import eventloop
-from trserve.bench import cpu, predict
+from trserve.bench import cpu, predict, window_stats
 from trserve.bench.cells import BenchPlan, Cell, RouterState
 from trserve.bench.client import run_load
 from trserve.bench.direct import run_direct_process
@@ -27,7 +27,7 @@ class BenchRunner:
     """Runs a :class:`BenchPlan`; ``display`` gets progress events (see ``trserve.bench.display``)."""
 
     def __init__(self, plan: BenchPlan, display: Any) -> None:
-        predict.check_num_models(len(plan.base["models"]))  # before any server starts, not after the b1 runs
+        window_stats.check_num_models(len(plan.base["models"]))  # before any server starts, not after the b1 runs
         self.plan = plan
         self.display = display
         self.cells: list[Cell] = []
@@ -85,7 +85,7 @@ class BenchRunner:
                     load = eventloop.run(run_load(server.url, n, self.plan.workload, probe))
                     cell.loads.append(load)
                     cell.stats.append(
-                        predict.step_stats(load.metrics_after, load.metrics_before, self._model_names(system))
+                        window_stats.step_stats(load.metrics_after, load.metrics_before, self._model_names(system))
                     )
                     self.display.measured(cell)
                 self.cells.append(cell)
@@ -96,8 +96,8 @@ class BenchRunner:
 
     def _learn(self, router: str) -> RouterState:
         b1 = [c for c in self.cells if c.router == router and c.system == "tokenrouter-b1"]
-        pooled = predict.pool_stats([s for c in b1 for s in c.stats])
-        P, C = predict.routing_matrices(pooled)
+        pooled = window_stats.pool_stats([s for c in b1 for s in c.stats])
+        P, C = window_stats.routing_matrices(pooled)
         tables, source = self._tables(b1, self._model_names("tokenrouter-b1"), profiles=True)
         try:
             results = predict.optimize_table(P, C, tables, self.plan.concurrencies, self.plan.min_gain)

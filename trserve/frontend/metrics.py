@@ -46,6 +46,9 @@ class Metrics:
         self.tokens = Counter(
             "tokenrouter_tokens", "Output tokens committed by a model's steps", ["model"], registry=reg
         )
+        self.finished = Counter(
+            "tokenrouter_finished", "Requests whose last token a model's step committed", ["model"], registry=reg
+        )
         self.input_tokens = Counter(
             "tokenrouter_input_tokens", "Tokens fed to a model (prefill and hand-off appends)", ["model"], registry=reg
         )
@@ -141,6 +144,8 @@ class Metrics:
         # A finishing step commits exactly one (its last) token; earlier ones were reported by their steps.
         committed = sum(len(t) for _, _, t in report.tokens) + len(report.finished)
         self.tokens.labels(model).inc(committed)
+        if report.finished:
+            self.finished.labels(model).inc(len(report.finished))
 
     def observe_emulation(self, model: str, report: StepReport) -> None:
         """An emulated step: the latency it was given, how much longer it took, and its wait's CPU."""

@@ -11,15 +11,9 @@ from pathlib import Path
 import pytest
 
 from trserve.bench.client import RequestRecord, summarize
-from trserve.bench.predict import (
-    StepStats,
-    fit_line,
-    model_prediction,
-    own_routing_prediction,
-    routing_matrices,
-    sim_prediction,
-)
+from trserve.bench.predict import fit_line, model_prediction, own_routing_prediction, sim_prediction
 from trserve.bench.systems import SYSTEMS, system_config
+from trserve.bench.window_stats import StepStats, routing_matrices
 from trserve.config import ServeConfig
 from trserve.server.defaults import DEFAULT_CONFIG
 
@@ -66,6 +60,22 @@ def test_routing_matrices_recover_drop_and_return() -> None:
     P, C = routing_matrices([small, large])
     assert P == [[0.75, 0.25], [1.0, 0.0]]
     assert C[0][1] == 0.0 and C[1][0] == 1.0
+
+
+def test_a_request_that_ends_on_the_large_model_moves_to_the_entry_model_not_stays() -> None:
+    """100 large steps: 30 hand back, 2 end their request (no hand-off, their token kept). Without the finish
+    counter those 2 read as stays (P[1][1] = 0.7); the model's endless requests are replaced on the entry model,
+    so they are moves there with the token kept: P[1] = [0.32, 0.68], C[1][0] = 1. Ends on the entry model stay."""
+    small = StepStats(request_steps=100, steps=50, step_seconds=1.0, handoffs=30, tokens=70, finishes=3)
+    large = StepStats(request_steps=100, steps=20, step_seconds=1.0, handoffs=30, tokens=100, finishes=2)
+    P, C = routing_matrices([small, large])
+    assert P[0] == pytest.approx([0.7, 0.3]) and C[0][1] == 0.0
+    assert P[1] == pytest.approx([0.32, 0.68]) and C[1][0] == 1.0
+    old = routing_matrices([small, StepStats(100, 20, 1.0, 30, 100)])
+    assert old[0][1] == pytest.approx([0.3, 0.7])
+    # A model whose only moves are ends: its token is kept on them.
+    P, C = routing_matrices([small, StepStats(100, 20, 1.0, 0, 100, finishes=5)])
+    assert P[1] == pytest.approx([0.05, 0.95]) and C[1][0] == 1.0
 
 
 def test_the_own_routing_diagnosis_reads_the_cells_windows_pooled() -> None:

@@ -51,13 +51,14 @@ def expected_models(num_tokens: int, key: str, schedule: Any = (), prob: float =
     return models
 
 
-def committed_tokens(server: Served) -> Counter[str]:
-    """``tokenrouter_tokens_total`` per model, once nothing is in flight."""
+def committed_tokens(server: Served, name: str = "tokenrouter_tokens") -> Counter[str]:
+    """A per-model counter (``tokenrouter_tokens_total`` by default) per model, once nothing is in flight."""
     wait_idle(server)
     with server.client() as c:
         text = c.get("/metrics").text
-    family = next(f for f in text_string_to_metric_families(text) if f.name == "tokenrouter_tokens")
-    return Counter({s.labels["model"]: int(s.value) for s in family.samples if s.name.endswith("_total")})
+    family = next((f for f in text_string_to_metric_families(text) if f.name == name), None)
+    samples = family.samples if family is not None else []
+    return Counter({s.labels["model"]: int(s.value) for s in samples if s.name.endswith("_total")})
 
 
 def body(k: int, extra: dict[str, Any], **fields: Any) -> dict[str, Any]:
@@ -100,7 +101,7 @@ def test_provenance_and_usage_follow_the_routing_decisions(server: Served):
     randoms = 16 if server.backend == "hash" else 3
     extras = [{"schedule": s, "decision_key": f"s{k}"} for k, s in enumerate(SCHEDULES)]
     extras += [{"handoff_prob": 0.3, "decision_key": f"r{k}"} for k in range(randoms)]
-    before = committed_tokens(server)
+    before, ends_before = committed_tokens(server), committed_tokens(server, "tokenrouter_finished")
     answers = asyncio.run(post_all(server, [body(k, e, return_token_ids=True) for k, e in enumerate(extras)]))
     expected = [expected_models(10, e["decision_key"], e.get("schedule", ()), e.get("handoff_prob", 0.0))
                 for e in extras]  # fmt: skip
@@ -109,6 +110,9 @@ def test_provenance_and_usage_follow_the_routing_decisions(server: Served):
         check_usage(answer, models)
     moved = committed_tokens(server) - before
     assert moved == sum((Counter(a["usage"]["tokens_per_model"]) for a in answers), Counter())
+    # Each request's end is counted on the model that committed its last token (the bench's P and C read it).
+    ends = committed_tokens(server, "tokenrouter_finished") - ends_before
+    assert ends == Counter(models[-1] for models in expected)
 
 
 def test_stream_chunks_concatenate_to_the_non_stream_answer(hash_server: Served):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from trcore.errors import ConfigError
-from trserve.bench import predict
+from trserve.bench import predict, window_stats
 from trserve.config import ServeConfig
 from trserve.hardware import check_profile_hardware, cpu_model, hardware_tag, local_gpu_name
 from trserve.paths import calibration_dir
@@ -75,8 +75,8 @@ def test_bench_predictions_refuse_a_profile_of_another_cpu(tmp_path):
 
 
 def test_bench_predictions_refuse_more_than_two_models():
-    stats = [predict.StepStats(10.0, 5.0, 0.5, 1.0, 9.0)] * 3
+    stats = [window_stats.StepStats(10.0, 5.0, 0.5, 1.0, 9.0)] * 3
     with pytest.raises(ConfigError, match="at most 2 models"):
-        predict.routing_matrices(stats)
-    P, _ = predict.routing_matrices(stats[:2])
+        window_stats.routing_matrices(stats)
+    P, _ = window_stats.routing_matrices(stats[:2])
     assert len(P) == 2
