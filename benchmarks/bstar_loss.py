@@ -28,6 +28,7 @@ import yaml
 
 from trserve import eventloop
 from trserve.bench.client import Workload, run_load
+from trserve.bench.outputs import config_path
 from trserve.server.process import ServerProcess
 
 VARIANTS = ("table", "fixed", "table-nowait", "fixed-nowait")
@@ -64,7 +65,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("docs/bench-emulated/bstar-loss.json"))
     args = parser.parse_args()
     bench = json.loads(args.bench.read_text())
-    base = yaml.safe_load(Path(bench["command"].split("--config ")[1].split()[0]).read_text())
+    base = yaml.safe_load(config_path(bench).read_text())
     table = {int(k): v for k, v in bench["routing"]["markov"]["optimized_thresholds"].items()}
     model = {r["concurrency"]: r["predicted_model_tok_s"] for r in bench["runs"] if r["system"] == "tokenrouter"}
     work = Workload(64, warmup_s=1.0, window_s=args.window_s)

@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from trserve.bench.outputs import config_path
 from trserve.bench.predict import emulated_tables, sim_prediction
 from trserve.config import load_config
 from trserve.crossval.stack import StackCosts, load_stack
@@ -81,9 +82,7 @@ def cell(
 
 def config_of(bench: dict[str, Any]) -> dict[str, Any]:
     """The serve config a bench ran (its ``--config`` argument, read again)."""
-    words = bench["command"].split()
-    path = words[words.index("--config") + 1]
-    return load_config(Path(path)).model_dump(mode="json")
+    return load_config(config_path(bench)).model_dump(mode="json")
 
 
 def main() -> None:

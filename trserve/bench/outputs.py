@@ -81,6 +81,12 @@ def routing_item(state: Any, min_gain: float) -> dict[str, Any]:
     }
 
 
+def config_path(doc: dict[str, Any]) -> Path:
+    """The serve config a written bench document ran: its command's ``--config`` argument."""
+    words = doc["command"].split()
+    return Path(words[words.index("--config") + 1])
+
+
 def write_outputs(
     out_dir: Path, plan: Any, runner: Any, command: str, load: dict[str, float], elapsed_s: float
 ) -> dict[str, Any]:

@@ -193,14 +193,11 @@ class Mailbox:
         self.inbox.close()
 
 
-class AsyncMailbox:
-    """The front end's mailbox: the same outboxes, and an inbox read on an asyncio loop."""
+class PeerViews:
+    """What the front end reads of the peers its mailbox sends to, from the mailbox's ``outboxes`` (both
+    transports' asynchronous mailboxes)."""
 
-    def __init__(self, bind_address: str, peers: Mapping[int, str], keys: CurveKeys | None = None) -> None:
-        self.inbox = Inbox(zmq.asyncio.Context(), bind_address, keys)
-        self.address, self.counts = self.inbox.address, self.inbox.counts
-        self.outboxes = Outboxes(zmq.Context(), peers, zmq.NOBLOCK, keys)
-        self.send, self.rewire, self.disconnect = self.outboxes.send, self.outboxes.rewire, self.outboxes.disconnect
+    outboxes: Any
 
     @property
     def destinations(self) -> list[int]:
@@ -210,6 +207,16 @@ class AsyncMailbox:
     def addresses(self) -> dict[int, str]:
         """The inbox of every peer process this mailbox is wired to."""
         return self.outboxes.addresses
+
+
+class AsyncMailbox(PeerViews):
+    """The front end's mailbox: the same outboxes, and an inbox read on an asyncio loop."""
+
+    def __init__(self, bind_address: str, peers: Mapping[int, str], keys: CurveKeys | None = None) -> None:
+        self.inbox = Inbox(zmq.asyncio.Context(), bind_address, keys)
+        self.address, self.counts = self.inbox.address, self.inbox.counts
+        self.outboxes = Outboxes(zmq.Context(), peers, zmq.NOBLOCK, keys)
+        self.send, self.rewire, self.disconnect = self.outboxes.send, self.outboxes.rewire, self.outboxes.disconnect
 
     async def receive(self) -> Any:
         """The next message (bad ones are logged and dropped)."""

@@ -10,11 +10,11 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-from trserve.runtime.transport import AsyncMailbox, CurveKeys, Mailbox
+from trserve.runtime.transport import AsyncMailbox, CurveKeys, Mailbox, PeerViews
 from trserve.runtime.unix_transport import RETRY_S, SCHEME, UnixInbox, UnixMailbox, UnixOutboxes
 
 
-class AsyncUnixMailbox:
+class AsyncUnixMailbox(PeerViews):
     """The front end's mailbox on this transport, read on the running asyncio loop (the interface of
     :class:`trserve.runtime.transport.AsyncMailbox`)."""
 
@@ -26,14 +26,6 @@ class AsyncUnixMailbox:
         self._messages: deque[Any] = deque()
         self._arrived: asyncio.Event | None = None
         self._retry: asyncio.TimerHandle | None = None
-
-    @property
-    def destinations(self) -> list[int]:
-        return self.outboxes.destinations
-
-    @property
-    def addresses(self) -> dict[int, str]:
-        return self.outboxes.addresses
 
     def send(self, dest: int, message: Any) -> None:
         self.outboxes.send(dest, message)
