@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.factories import ScriptedProgram, make_arrival, make_step, make_subserver
-from trcore import CLIENT, ProtocolError, RequestStatus, is_feasible
+from trcore import CLIENT, PeerReq, ProtocolError, RequestStatus, is_feasible
 
 
 def step_all(sub, tokens, now=1.0):
@@ -136,11 +136,40 @@ def test_abort_while_running_drops_result_and_frees_state():
 def test_protocol_errors_are_reported():
     sub = make_subserver()
     sub.receive(make_arrival("a"), 0.0)
-    with pytest.raises(ProtocolError):
+    with pytest.raises(ProtocolError, match="request a received while WAITING"):
         sub.receive(make_arrival("a"), 0.0)
     batch = sub.launch(0.0)
-    with pytest.raises(ProtocolError):
+    with pytest.raises(ProtocolError, match="request a received while RUNNING"):
+        sub.receive(make_arrival("a"), 0.0)
+    with pytest.raises(ProtocolError, match="2 outputs for a batch of 1"):
         sub.complete(batch, make_step([1, 2], ["a", "x"]), 1.0)
+
+
+def test_a_peer_message_for_an_unknown_request_needs_its_spec():
+    sub = make_subserver(model=1)
+    handoff = PeerReq("ghost", start=0, token_ids=(1, 2, 3, 4), anchors=(3, 0), origin=0)
+    with pytest.raises(ProtocolError, match="model 1: unknown request ghost without spec"):
+        sub.receive(handoff, 0.0)
+    assert sub.requests == {} and sub.num_ready == 0
+
+
+def test_completing_a_batch_that_is_not_running_is_refused():
+    sub = make_subserver()
+    sub.receive(make_arrival("a"), 0.0)
+    batch = sub.launch(0.0)
+    sub.complete(batch, make_step([1], ["a"]), 1.0)
+    with pytest.raises(ProtocolError, match="completing a batch that is not running"):
+        sub.complete(batch, make_step([1], ["a"]), 2.0)  # the same batch twice
+    assert sub.requests["a"].token_ids == [1, 2, 3, 1]  # the refused step committed nothing
+
+
+def test_a_destination_outside_the_models_is_refused():
+    program = ScriptedProgram(0, 2, {"a": [(2, True)]})
+    sub = make_subserver(program=program)
+    sub.receive(make_arrival("a"), 0.0)
+    batch = sub.launch(0.0)
+    with pytest.raises(ProtocolError, match="model 0: routing program returned destination 2"):
+        sub.complete(batch, make_step([1], ["a"]), 1.0)
 
 
 def test_peer_slack_keeps_thresholds_feasible_as_requests_finish():
