@@ -115,11 +115,32 @@ def test_transfer_delay_slows_hand_offs(r2r):
     assert slow.latency_p50_s > fast.latency_p50_s
 
 
-def test_time_limit_and_warmup(r2r):
+def test_time_limit(r2r):
     result = simulate(r2r(), time_s=5.0)
     assert result.simulated_s == pytest.approx(5.0, abs=0.03)
-    warm = simulate(r2r(), tokens=6000, warmup_tokens=3000)
-    assert warm.committed_tokens >= 6000 and warm.throughput_tok_s > 0
+
+
+def test_warmup_excludes_the_steps_up_to_its_token_count():
+    # Two requests step together: on model 0 (10 ms) at 0-10 and 10-20 ms, then both move to model 1
+    # (30 ms) and step at 20-50 and 50-80 ms. Committed: 2, 4, 6, 8 tokens at 10, 20, 50, 80 ms.
+    trace = {0: [(0, True), (1, True)], 1: [(1, True), (1, True)]}
+    wl = WorkloadConfig(concurrency=2, prompt_tokens=constant(1), output_tokens=constant(4), num_sessions=2)
+    config = SimConfig(
+        (ConstantModel(0.01), ConstantModel(0.03)),
+        (BatchingPolicy(1), BatchingPolicy(1)),
+        RouterConfig("trace", {"traces": [trace, trace]}),
+        wl,
+    )
+    whole = simulate(config, tokens=8)
+    assert whole.committed_tokens == 8 and whole.simulated_s == pytest.approx(0.08)
+    assert whole.throughput_tok_s == pytest.approx(8 / 0.08)
+    # Warm-up of 3 tokens ends at the step that reaches them: 4 tokens excluded, at 20 ms; measured: the
+    # 4 tokens of the two model-1 steps over 20-80 ms.
+    warm = simulate(config, tokens=8, warmup_tokens=3)
+    assert warm.committed_tokens == 8 and warm.simulated_s == pytest.approx(0.08)
+    assert warm.throughput_tok_s == pytest.approx(4 / 0.06)
+    # Warm-up of exactly 2 tokens ends at 10 ms: 6 tokens over 10-80 ms.
+    assert simulate(config, tokens=8, warmup_tokens=2).throughput_tok_s == pytest.approx(6 / 0.07)
 
 
 def test_recorded_traces_replay_to_the_same_run(r2r):

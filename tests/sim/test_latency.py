@@ -53,19 +53,34 @@ def samples_from(truth, rng, noise=0.0):
     return out
 
 
+def linear_formula(b, ctx, ext):
+    return 0.006 + 3e-4 * b + 2e-7 * ctx
+
+
+def quadratic_formula(b, ctx, ext):
+    return 0.006 + 3e-4 * b + 2e-7 * ctx + 4e-6 * ext + 1e-5 * b * b
+
+
 @pytest.mark.parametrize(
-    ("name", "coefs"),
+    ("name", "formula", "coefs"),
     [
-        ("linear", {"a": 0.006, "b": 3e-4, "c": 2e-7}),
-        ("quadratic", {"a": 0.006, "b": 3e-4, "c": 2e-7, "d": 4e-6, "e": 1e-5}),
+        ("linear", linear_formula, {"a": 0.006, "b": 3e-4, "c": 2e-7}),
+        ("quadratic", quadratic_formula, {"a": 0.006, "b": 3e-4, "c": 2e-7, "d": 4e-6, "e": 1e-5}),
     ],
 )
-def test_least_squares_recovers_coefficients(name, coefs):
-    truth = make_latency_model(name, coefs)
-    fit = fit_latency_model(name, samples_from(truth, random.Random(1)))
+def test_least_squares_recovers_coefficients(name, formula, coefs):
+    # Samples from the formula written above, not from the model's own predict.
+    rng = random.Random(1)
+    samples = []
+    for _ in range(200):
+        b, ctx, ext = rng.randint(1, 32), rng.randint(100, 20000), rng.choice([0, 0, 0, rng.randint(1, 2000)])
+        samples.append(LatencySample(b, ctx, ext, formula(b, ctx, ext)))
+    fit = fit_latency_model(name, samples)
     assert fit.mape < 1e-6
     for key, value in coefs.items():
         assert fit.coefficients[key] == pytest.approx(value, rel=1e-4)
+    # The fitted model predicts the formula off the samples too: 8 requests, 4000 context, 300 extend tokens.
+    assert fit.build().predict(8, 4000, 300) == pytest.approx(formula(8, 4000, 300), rel=1e-4)
 
 
 def test_constant_and_table_fits_and_mape():
