@@ -10,6 +10,7 @@ from trcore import (
     CLIENT,
     Batch,
     BatchingPolicy,
+    KVMemory,
     PeerReq,
     RequestSpec,
     Routing,
@@ -109,13 +110,16 @@ def run_system(
     thresholds: Sequence[int] | None = None,
     max_wait_s: float | None = None,
     max_steps: int = 100_000,
+    memories: Sequence[KVMemory | None] | None = None,
 ) -> tuple[dict[str, tuple[int, ...]], list[Subserver]]:
     """Drive one Subserver per program with a synchronous loop (each step takes one time unit, hand-offs are
     delivered at once; when no model can launch, time jumps to the earliest max-wait deadline) until every
-    request finished; returns each request's output and the subservers."""
+    request finished; returns each request's output and the subservers. With ``memories``, each model accounts
+    KV and the fake engine forgets what a batch evicts, so a wrong recompute shows up as a wrong token."""
+    memories = memories or [None] * len(programs)
     subs = [
-        Subserver(p, BatchingPolicy(threshold=b, max_wait_s=max_wait_s), record_trace=True)
-        for p, b in zip(programs, thresholds or [1] * len(programs), strict=True)
+        Subserver(p, BatchingPolicy(threshold=b, max_wait_s=max_wait_s), record_trace=True, memory=mem)
+        for p, b, mem in zip(programs, thresholds or [1] * len(programs), memories, strict=True)
     ]
     now = 0.0
     for msg in arrivals:
@@ -128,8 +132,12 @@ def run_system(
         for sub, engine in zip(subs, engines, strict=True):
             sub.num_active = len(arrivals) - len(outputs)
             batch = sub.launch(now)
+            if sub.take_unservable():
+                raise AssertionError("a request cannot fit in the KV cache")
             if batch is None:
                 continue
+            for rid in batch.evicted:
+                engine.kv.pop(rid, None)
             launched = True
             now += 1.0
             for dest, msg in sub.complete(batch, engine.step(batch), now):

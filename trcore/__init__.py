@@ -6,22 +6,31 @@ Pure Python with no clock, no I/O and no torch/vLLM/SimPy: drivers (trsim, trser
 # Importing the programs package registers the built-in routing programs (rstitch, r2r, citer, ...).
 from trcore import programs
 from trcore.errors import ConfigError, InfeasibleError, NotIrreducibleError
+from trcore.kvplan import KVMemory, MemoryStats
+from trcore.memory import KVBudget, KVLedger
 from trcore.policy import BatchingPolicy, check_feasible, is_feasible, policies_for
 from trcore.program import PROGRAMS, RoutingProgram, check_signals, register_program
 from trcore.request import CLIENT, PeerReq, Request, RequestSpec, RequestStatus, new_request_message
 from trcore.routers import MarkovRouter, TraceReplayRouter
+from trcore.spill import SPILL_POLICIES, ParkedSession, SpillPolicy, StepCost, spill_policy
 from trcore.step import Batch, Routing, StepResult
 from trcore.subserver import ProtocolError, RouteEvent, Subserver
 
 __all__ = [
     "CLIENT",
     "PROGRAMS",
+    "SPILL_POLICIES",
     "Batch",
     "BatchingPolicy",
     "ConfigError",
     "InfeasibleError",
+    "KVBudget",
+    "KVLedger",
+    "KVMemory",
     "MarkovRouter",
+    "MemoryStats",
     "NotIrreducibleError",
+    "ParkedSession",
     "PeerReq",
     "ProtocolError",
     "Request",
@@ -30,6 +39,8 @@ __all__ = [
     "RouteEvent",
     "Routing",
     "RoutingProgram",
+    "SpillPolicy",
+    "StepCost",
     "StepResult",
     "Subserver",
     "TraceReplayRouter",
@@ -40,4 +51,5 @@ __all__ = [
     "policies_for",
     "programs",
     "register_program",
+    "spill_policy",
 ]

@@ -14,7 +14,9 @@ class Batch:
     """Requests launched together in one step of one model.
 
     ``num_new_tokens[k]`` is how many tokens request ``k`` feeds in this step (1 for plain decode, the whole
-    prompt on a first visit, the unseen suffix after a hand-off); latency models charge for them.
+    prompt on a first visit, the unseen suffix after a hand-off, the whole sequence after its KV was spilled);
+    latency models charge for them. ``evicted`` names requests whose KV on this model the driver must free before
+    the step (spilled sessions, preempted requests); empty without memory accounting.
     """
 
     model: int
@@ -22,6 +24,7 @@ class Batch:
     num_new_tokens: tuple[int, ...]
     context_lens: tuple[int, ...]
     launch_time: float
+    evicted: tuple[str, ...]
 
     def __init__(
         self,
@@ -30,6 +33,7 @@ class Batch:
         num_new_tokens: tuple[int, ...],
         context_lens: tuple[int, ...],
         launch_time: float,
+        evicted: tuple[str, ...] = (),
     ) -> None:
         # One dict update instead of a frozen dataclass's per-field object.__setattr__ (built every step).
         self.__dict__.update(
@@ -38,6 +42,7 @@ class Batch:
             num_new_tokens=num_new_tokens,
             context_lens=context_lens,
             launch_time=launch_time,
+            evicted=evicted,
         )
 
     @property

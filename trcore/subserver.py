@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import deque
 from typing import NamedTuple
 
+from trcore.kvplan import KVMemory
 from trcore.policy import BatchingPolicy
 from trcore.program import RoutingProgram
 from trcore.request import CLIENT, PeerReq, Request, RequestSpec, RequestStatus
@@ -46,6 +47,10 @@ class Subserver:
     the time in; the core never reads a clock, sleeps or does I/O.
 
     ``num_active`` (the number of active requests system-wide, kept by the driver) feeds threshold tables.
+
+    With ``memory`` (a :class:`~trcore.kvplan.KVMemory`), launch also decides KV: a step takes only requests whose
+    blocks fit, after spilling parked sessions or preempting waiting ones; the batch names what the driver must
+    free first (``Batch.evicted``) and :meth:`take_unservable` the requests that can never fit.
     """
 
     def __init__(
@@ -54,6 +59,7 @@ class Subserver:
         policy: BatchingPolicy,
         *,
         record_trace: bool = False,
+        memory: KVMemory | None = None,
     ) -> None:
         self.program = program
         self.model = program.model
@@ -63,6 +69,8 @@ class Subserver:
         self.num_active: int | None = None
         self.trace: list[RouteEvent] | None = [] if record_trace else None
         self._ready: deque[Request] = deque()
+        self.memory = memory
+        self._unservable: list[Request] = []
 
     @property
     def num_ready(self) -> int:
@@ -86,6 +94,8 @@ class Subserver:
         elif req.status is not _PENDING:
             raise ProtocolError(f"model {self.model}: request {req.request_id} received while {req.status.name}")
         self.program.receive(req, peer_req)
+        if self.memory is not None:
+            self.memory.unpark(peer_req.request_id)
         req.status = _WAITING
         req.ready_since = now
         self._ready.append(req)
@@ -98,6 +108,8 @@ class Subserver:
         if not self.policy.should_launch(len(ready), ready[0].ready_since, now, self.num_active):
             return None
         size = min(len(ready), self.policy.max_batch)
+        if self.memory is not None:
+            return self._launch_with_memory(size, now)
         model = self.model
         reqs, new_tokens, context = [], [], []
         for _ in range(size):  # one pass: this runs once per request-step, the simulator's hot path
@@ -109,6 +121,32 @@ class Subserver:
             context.append(n)
         self.running = Batch(model, tuple(reqs), tuple(new_tokens), tuple(context), now)
         return self.running
+
+    def _launch_with_memory(self, size: int, now: float) -> Batch | None:
+        memory, model = self.memory, self.model
+        assert memory is not None
+        chosen, evicted, unservable = memory.plan(list(self._ready), self.requests, model, size, now)
+        for req in unservable:
+            self.abort(req.spec.request_id)
+            self._unservable.append(req)
+        if not chosen:
+            if evicted:
+                raise ProtocolError(f"model {model}: memory freed {evicted} but launched nothing")
+            return None
+        picked = {id(r) for r in chosen}
+        self._ready = deque(r for r in self._ready if id(r) not in picked)
+        new_tokens = tuple(memory.num_new_tokens(r, model) for r in chosen)
+        for req in chosen:
+            req.status = _RUNNING
+            memory.spilled.discard(req.spec.request_id)
+        context = tuple(len(r.token_ids) for r in chosen)
+        self.running = Batch(model, tuple(chosen), new_tokens, context, now, tuple(evicted))
+        return self.running
+
+    def take_unservable(self) -> list[Request]:
+        """Requests dropped because they cannot fit in this model's whole KV cache (the driver fails them)."""
+        taken, self._unservable = self._unservable, []
+        return taken
 
     def complete(self, batch: Batch, step: StepResult, now: float) -> list[HandOff]:
         """Commit a finished step's tokens, route every request, and return the hand-offs to deliver."""
@@ -145,6 +183,8 @@ class Subserver:
                 ready.append(req)
             else:
                 req.status = _PENDING
+                if self.memory is not None:
+                    self.memory.park(req.spec.request_id, dest, now)
                 handoffs.append((dest, self.program.send(req, dest)))
         return handoffs
 
@@ -165,6 +205,8 @@ class Subserver:
         req.finish_time = now
         del self.requests[req.spec.request_id]
         self.program.release(req.spec.request_id)
+        if self.memory is not None:
+            self.memory.release(req.spec.request_id)
         n_prompt = req.spec.num_prompt_tokens
         done = PeerReq(
             request_id=req.spec.request_id,
@@ -190,6 +232,8 @@ class Subserver:
             self._ready.remove(req)
         req.status = RequestStatus.FINISHED
         self.program.release(request_id)
+        if self.memory is not None:
+            self.memory.release(request_id)
         return True
 
     def next_deadline(self) -> float | None:

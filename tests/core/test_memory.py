@@ -1,0 +1,213 @@
+"""KV accounting in the core on hand-built cases: the budget and ledger, spill order, admission waits,
+preemption, worst-case reservation, and whole runs under a tight cache that must write the roomy run's tokens."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.factories import HashModel, ScriptedProgram, make_arrival, make_step, run_system
+from trcore import (
+    BatchingPolicy,
+    ConfigError,
+    KVBudget,
+    KVLedger,
+    KVMemory,
+    ParkedSession,
+    RequestStatus,
+    StepCost,
+    Subserver,
+    spill_policy,
+)
+from trcore.spill import AdmissionLimit, CostSpill, LRUSpill
+
+
+def test_budget_rounds_tokens_up_to_blocks():
+    budget = KVBudget(num_blocks=10, block_size=4)
+    assert [budget.blocks_for(n) for n in (0, 1, 4, 5, 8, 9)] == [0, 1, 1, 2, 2, 3]
+    assert budget.capacity_tokens == 40
+    assert KVBudget.from_tokens(2304, block_size=32).num_blocks == 72
+    with pytest.raises(ConfigError, match=r"kv\.num_blocks"):
+        KVBudget(num_blocks=0)
+
+
+def test_ledger_questions_match_actions():
+    ledger = KVLedger(KVBudget(num_blocks=4, block_size=4, max_seqs=2))
+    assert ledger.can_admit(16) and not ledger.can_admit(17)
+    assert ledger.reserve("a", 5) == 2  # 5 tokens -> 2 blocks
+    assert ledger.reserve("a", 8) == 0  # still 2 blocks
+    assert ledger.reserve("a", 9) == 1
+    assert (ledger.num_used, ledger.num_free) == (3, 1)
+    assert not ledger.can_reserve("b", 5)
+    with pytest.raises(MemoryError, match="request b"):
+        ledger.reserve("b", 5)
+    ledger.reserve("b", 4)
+    assert not ledger.can_admit(1)  # no block and no sequence slot left
+    assert ledger.free("a") == 3 and ledger.free("a") == 0
+    ledger.reserve("c", 1)
+    assert not ledger.can_admit(1)  # blocks free, but max_seqs = 2 sequences hold KV
+
+
+def session(rid, blocks, tokens, since, location=1, remaining=10):
+    return ParkedSession(rid, blocks, tokens, since, location, remaining)
+
+
+def test_lru_spills_oldest_and_cost_spills_least_valuable_per_block():
+    old, young = session("old", 2, 64, since=1.0), session("young", 2, 64, since=5.0)
+    ending = session("ending", 2, 64, since=9.0, remaining=0)  # will end elsewhere: its KV is never needed
+    assert [s.request_id for s in LRUSpill().order([young, ending, old], model=0)] == ["old", "young", "ending"]
+    ranked = CostSpill().order([young, ending, old], model=0)
+    assert [s.request_id for s in ranked] == ["ending", "old", "young"]  # ties broken by age
+
+
+def test_cost_return_probability_from_routing_statistics():
+    routing = [[0.9, 0.1], [0.02, 0.98]]  # from model 1 a request moves to model 0 with 2% per step
+    policy = CostSpill(routing=routing)
+    assert policy.return_probability(session("s", 1, 8, 0.0, location=1, remaining=1), model=0) == pytest.approx(0.02)
+    assert policy.return_probability(session("s", 1, 8, 0.0, location=1, remaining=3), model=0) == pytest.approx(
+        1 - 0.98**3
+    )
+    short = session("short", 1, 32, 0.0, location=1, remaining=2)
+    long = session("long", 1, 32, 5.0, location=1, remaining=200)
+    assert [s.request_id for s in policy.order([long, short], model=0)] == ["short", "long"]
+
+
+def test_cost_admission_compares_expected_recompute_with_the_saving():
+    victims = [session("v", 4, 100, 0.0)]
+    # recompute 100 tokens * 0.01 s = 1 s, certain to return; saving per token at batch 4 = base / 4.
+    cheap_steps = CostSpill(StepCost(base_s=0.02, per_request_s=0.0, extend_s=0.01))
+    assert not cheap_steps.may_admit_by_spilling(victims, 0, new_tokens=100, batch_size=4)  # 0.5 s < 1 s
+    dear_steps = CostSpill(StepCost(base_s=0.08, per_request_s=0.0, extend_s=0.01))
+    assert dear_steps.may_admit_by_spilling(victims, 0, new_tokens=100, batch_size=4)  # 2 s > 1 s
+    assert LRUSpill().may_admit_by_spilling(victims, 0, new_tokens=1, batch_size=1)
+    with pytest.raises(ConfigError, match="valid: admission-limit, cost, lru"):
+        spill_policy("fifo")
+
+
+def small_model(memory, script=None, num_models=2):
+    program = ScriptedProgram(0, num_models, script or {})
+    return Subserver(program, BatchingPolicy(threshold=1), memory=memory)
+
+
+def step(sub, tokens, now):
+    batch = sub.launch(now)
+    assert batch is not None
+    return batch, sub.complete(batch, make_step(tokens, batch.request_ids), now)
+
+
+def test_parked_session_is_spilled_for_a_running_request_and_recomputed_on_return():
+    # 3 blocks of 4 tokens. r0 (prompt 4) steps once, hands off (parks: 1 block); r1 (prompt 7: 2 blocks).
+    mem = KVMemory(KVBudget(num_blocks=3, block_size=4), LRUSpill())
+    sub = small_model(mem, {"r0": [(1, True)], "r1": [(0, True)] * 3})
+    sub.receive(make_arrival("r0", prompt=(1, 2, 3, 4), max_tokens=8), 0.0)
+    (_, out) = step(sub, [10], 1.0)
+    assert out[0][0] == 1 and sub.requests["r0"].status == RequestStatus.PENDING
+    sub.receive(make_arrival("r1", prompt=(1, 2, 3, 4, 5, 6, 7), max_tokens=8), 2.0)
+    batch, _ = step(sub, [20], 3.0)  # 7 tokens: 2 blocks, 2 free
+    assert batch.evicted == ()
+    batch, _ = step(sub, [21], 4.0)  # 8 tokens: still 2 blocks
+    batch, _ = step(sub, [22], 5.0)  # 9 tokens: a third block, only r0's is left
+    assert batch.evicted == ("r0",) and mem.stats.num_spilled == 1
+    assert mem.ledger.blocks_of("r1") == 3 and not mem.ledger.holds("r0")
+    sub.abort("r1")
+    back = out[0][1]
+    from trcore import PeerReq
+
+    sub.receive(PeerReq("r0", 5, (30,), (5, 6), 1), 6.0)  # model 1 wrote token 30 after 10
+    batch, _ = step(sub, [11], 7.0)
+    assert back.token_ids[-1] == 10
+    assert batch.num_new_tokens == (6,)  # the whole sequence, recomputed: 4 prompt + 10 + 30
+    assert mem.stats.num_recomputed_tokens == 5  # what model 0 had consumed before the spill
+
+
+def test_new_request_waits_at_admission_when_spilling_costs_more():
+    # Bouncing sessions with long contexts, cheap steps: spilling to admit would cost more than it saves.
+    dear = StepCost(base_s=0.001, per_request_s=0.0, extend_s=0.01)
+    mem = KVMemory(KVBudget(num_blocks=4, block_size=4), CostSpill(dear))
+    sub = small_model(mem, {"r0": [(1, True)]})
+    sub.receive(make_arrival("r0", prompt=tuple(range(15)), max_tokens=8), 0.0)
+    step(sub, [10], 1.0)  # r0 parks with 4 blocks
+    sub.receive(make_arrival("r1", prompt=(1, 2), max_tokens=8), 2.0)
+    assert sub.launch(3.0) is None and mem.stats.num_admission_waits == 1
+    assert sub.launch(4.0) is None and mem.stats.num_admission_waits == 1  # one request, counted once
+    sub.abort("r0")  # finished elsewhere: its blocks come back
+    batch = sub.launch(5.0)
+    assert batch is not None and batch.request_ids == ["r1"] and batch.evicted == ()
+
+
+def test_running_request_preempts_the_newest_waiting_one_when_nothing_is_parked():
+    mem = KVMemory(KVBudget(num_blocks=2, block_size=4), CostSpill())
+    sub = Subserver(ScriptedProgram(0, 1, {}), BatchingPolicy(threshold=1, max_batch=1), memory=mem)
+    sub.receive(make_arrival("a", prompt=(1, 2, 3), max_tokens=8, num_models=1), 0.0)
+    sub.receive(make_arrival("b", prompt=(1, 2, 3), max_tokens=8, num_models=1), 0.0)
+    step(sub, [5], 1.0)  # a: 3 tokens, 1 block
+    step(sub, [6], 2.0)  # b: 1 block; cache full
+    batch, _ = step(sub, [7], 3.0)  # a needs a 2nd block (4 tokens fit in 1? 3+1=4: no new block)
+    assert batch.evicted == ()
+    batch, _ = step(sub, [8], 4.0)  # b: 4 tokens, still 1 block
+    batch, _ = step(sub, [9], 5.0)  # a: 5 tokens -> 2 blocks: b (waiting) is preempted
+    assert batch.request_ids == ["a"] and batch.evicted == ("b",) and mem.stats.num_preempted == 1
+    sub.abort("a")
+    batch, _ = step(sub, [1], 6.0)
+    assert batch.request_ids == ["b"] and batch.num_new_tokens == (5,)  # recomputed from scratch
+
+
+def test_admission_limit_reserves_the_worst_case_and_never_spills():
+    mem = KVMemory(KVBudget(num_blocks=4, block_size=4), AdmissionLimit())
+    sub = small_model(mem, {"a": [(1, True)]})
+    sub.receive(make_arrival("a", prompt=(1, 2, 3, 4), max_tokens=4), 0.0)  # worst case 8 tokens: 2 blocks
+    sub.receive(make_arrival("b", prompt=(1, 2, 3, 4), max_tokens=4), 0.0)
+    sub.receive(make_arrival("c", prompt=(1, 2, 3, 4), max_tokens=4), 0.0)
+    batch, _ = step(sub, [5, 6], 1.0)
+    assert batch.request_ids == ["a", "b"] and mem.ledger.num_free == 0
+    batch, _ = step(sub, [7], 2.0)
+    assert batch.request_ids == ["b"]  # b grows inside its reservation; c waits; a is parked, never spilled
+    assert batch.evicted == () and mem.ledger.holds("a") and sub.requests["c"].status == RequestStatus.WAITING
+
+
+def test_a_request_larger_than_the_cache_is_handed_back_as_unservable():
+    mem = KVMemory(KVBudget(num_blocks=2, block_size=4))
+    sub = small_model(mem)
+    sub.receive(make_arrival("big", prompt=tuple(range(9)), max_tokens=4), 0.0)
+    assert sub.launch(1.0) is None
+    assert [r.request_id for r in sub.take_unservable()] == ["big"] and sub.requests == {}
+
+
+scripts = st.lists(st.tuples(st.integers(0, 1), st.booleans()), min_size=1, max_size=12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    script=st.lists(scripts, min_size=4, max_size=4),
+    num_blocks=st.integers(4, 10),
+    policy=st.sampled_from(["cost", "lru", "admission-limit"]),
+)
+def test_tight_cache_writes_the_roomy_runs_tokens(script, num_blocks, policy):
+    """Whatever spills and preemptions happen, every request writes exactly what it writes with room to spare
+    (the fake engine forgets evicted KV, so a wrong recompute is a wrong token), and nothing deadlocks."""
+
+    def run(memories):
+        programs = [
+            ScriptedProgram(m, 2, {f"r{i}": [(d, k) for d, k in s] for i, s in enumerate(script)}) for m in (0, 1)
+        ]
+        arrivals = [make_arrival(f"r{i}", prompt=(1, 2, 3, i), max_tokens=10) for i in range(4)]
+        return run_system(programs, arrivals, [HashModel(0), HashModel(1)], memories=memories)
+
+    roomy, _ = run(None)
+    budgets = [KVBudget(num_blocks, block_size=4) for _ in (0, 1)]
+    tight, subs = run([KVMemory(b, spill_policy(policy)) for b in budgets])
+    assert tight == roomy
+    assert all(sub.memory is not None and sub.memory.ledger.num_used == 0 for sub in subs)  # nothing leaks
+
+
+def test_a_tight_run_does_spill_and_preempt():
+    """The property above is exercised: this fixed case spills and preempts, and still writes the same tokens."""
+    moves = [(1, True), (0, True), (1, False), (0, True), (1, True), (0, True)]
+    programs = [ScriptedProgram(m, 2, {f"r{i}": list(moves) for i in range(4)}) for m in (0, 1)]
+    arrivals = [make_arrival(f"r{i}", prompt=(1, 2, 3, i), max_tokens=10) for i in range(4)]
+    roomy, _ = run_system(programs, arrivals, [HashModel(0), HashModel(1)])
+    programs = [ScriptedProgram(m, 2, {f"r{i}": list(moves) for i in range(4)}) for m in (0, 1)]
+    memories = [KVMemory(KVBudget(5, block_size=4), LRUSpill()) for _ in (0, 1)]
+    tight, _ = run_system(programs, arrivals, [HashModel(0), HashModel(1)], memories=memories)
+    assert tight == roomy
+    stats = [m.stats for m in memories]
+    assert sum(s.num_spilled for s in stats) > 0 and sum(s.num_recomputed_tokens for s in stats) > 0

@@ -1,0 +1,187 @@
+"""One model's memory decisions at launch: which ready requests get their blocks, which sessions are spilled
+and which waiting requests are preempted to make room. The subserver asks; the driver frees what it is told.
+
+Order of resort when a request's next step does not fit: spill parked sessions (policy's order); for a request
+already under way, preempt waiting requests of this model, newest first (their KV is recomputed later, as vLLM
+does); a new request that the policy will not let spill waits at admission. A request that cannot fit even in
+an empty cache is unservable and handed back to the driver to fail (front ends refuse those at admission).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from trcore.memory import KVBudget, KVLedger
+from trcore.request import Request, RequestStatus
+from trcore.spill import CostSpill, ParkedSession, SpillPolicy
+
+
+@dataclass
+class MemoryStats:
+    """Counters of one model's memory decisions (cumulative)."""
+
+    num_spilled: int = 0  #: parked sessions whose KV was freed
+    num_preempted: int = 0  #: waiting requests whose KV was freed
+    num_recomputed_tokens: int = 0  #: context tokens fed again after a spill or preemption
+    num_admission_waits: int = 0  #: new requests that waited for memory at least once
+    waited: set[str] = field(default_factory=set, repr=False)
+
+
+class KVMemory:
+    """A :class:`KVLedger` with a :class:`SpillPolicy`, and the record of which requests lost their KV here."""
+
+    def __init__(self, budget: KVBudget, policy: SpillPolicy | None = None) -> None:
+        self.ledger = KVLedger(budget)
+        self.policy = policy or CostSpill()
+        self.stats = MemoryStats()
+        self.spilled: set[str] = set()
+        self._parked: dict[str, tuple[float, int]] = {}  # request id -> (since, model continuing it)
+
+    def num_new_tokens(self, req: Request, model: int) -> int:
+        """Tokens the next step of ``req`` feeds: its whole sequence when its KV here was freed."""
+        n = len(req.token_ids)
+        return n if req.spec.request_id in self.spilled else n - req.anchors[model]
+
+    def park(self, request_id: str, location: int, now: float) -> None:
+        self._parked[request_id] = (now, location)
+
+    def unpark(self, request_id: str) -> None:
+        self._parked.pop(request_id, None)
+
+    def release(self, request_id: str) -> None:
+        """The request left this model for good."""
+        self.ledger.free(request_id)
+        self.spilled.discard(request_id)
+        self._parked.pop(request_id, None)
+        self.stats.waited.discard(request_id)
+
+    def num_parked_blocks(self) -> int:
+        return sum(self.ledger.blocks_of(rid) for rid in self._parked)
+
+    def plan(
+        self, ready: Sequence[Request], residents: dict[str, Request], model: int, size: int, now: float
+    ) -> tuple[list[Request], list[str], list[Request]]:
+        """Choose up to ``size`` of ``ready`` (in order) whose next step fits, reserving their blocks.
+
+        Returns (chosen, request ids whose KV the driver must free before the step, unservable requests)."""
+        chosen: list[Request] = []
+        evicted: list[str] = []
+        unservable: list[Request] = []
+        for req in ready:
+            if len(chosen) == size:
+                break
+            target = self._target_tokens(req)
+            if not self.ledger.fits_ever(target):
+                unservable.append(req)
+            elif self._make_room(req, target, ready, chosen, residents, model, size, now, evicted):
+                self._reserve(req, target, model)
+                chosen.append(req)
+        return chosen, evicted, unservable
+
+    def _target_tokens(self, req: Request) -> int:
+        n = len(req.token_ids)
+        if self.policy.reserves_worst_case and not self.ledger.holds(req.spec.request_id):
+            worst = req.spec.num_prompt_tokens + req.spec.max_tokens
+            return worst if self.ledger.fits_ever(worst) else n
+        return n
+
+    def _reserve(self, req: Request, target: int, model: int) -> None:
+        rid = req.spec.request_id
+        if rid in self.spilled:  # the subserver clears the mark once it has built the batch
+            self.stats.num_recomputed_tokens += req.anchors[model]
+        self.ledger.reserve(rid, target)
+
+    def _make_room(
+        self,
+        req: Request,
+        target: int,
+        ready: Sequence[Request],
+        chosen: list[Request],
+        residents: dict[str, Request],
+        model: int,
+        size: int,
+        now: float,
+        evicted: list[str],
+    ) -> bool:
+        rid = req.spec.request_id
+        if self.ledger.can_reserve(rid, target):
+            return True
+        is_new = not self.ledger.holds(rid) and rid not in self.spilled and req.num_output_tokens == 0
+        sessions = [self._session(residents[r], model, now) for r in self._parked if self.ledger.holds(r)]
+        victims = self._cover(rid, target, self.policy.order(sessions, model))
+        if victims is not None and (
+            not is_new or self.policy.may_admit_by_spilling(victims, model, req.spec.max_tokens, size)
+        ):
+            self._spill([v.request_id for v in victims], evicted, preempted=False)
+            return True
+        if is_new:
+            if rid not in self.stats.waited:
+                self.stats.waited.add(rid)
+                self.stats.num_admission_waits += 1
+            return False
+        if chosen:
+            return False  # the batch already makes progress; this request waits for the next step
+        return self._preempt(req, target, ready, residents, model, now, evicted)
+
+    def _preempt(
+        self,
+        req: Request,
+        target: int,
+        ready: Sequence[Request],
+        residents: dict[str, Request],
+        model: int,
+        now: float,
+        evicted: list[str],
+    ) -> bool:
+        """Free parked sessions and waiting requests (newest first) until ``req`` fits; False if nothing will do."""
+        rid = req.spec.request_id
+        parked = [self._session(residents[r], model, now) for r in self._parked if self.ledger.holds(r)]
+        waiting = [
+            self._session(r, model, now)
+            for r in reversed(ready)
+            if r is not req and r.status is RequestStatus.WAITING and self.ledger.holds(r.spec.request_id)
+        ]
+        victims = self._cover(rid, target, [*self.policy.order(parked, model), *waiting])
+        if victims is None:
+            return False
+        num_parked = sum(1 for v in victims if v.request_id in self._parked)
+        self._spill([v.request_id for v in victims[:num_parked]], evicted, preempted=False)
+        self._spill([v.request_id for v in victims[num_parked:]], evicted, preempted=True)
+        return True
+
+    def _cover(self, rid: str, target: int, ranked: Iterable[ParkedSession]) -> list[ParkedSession] | None:
+        """The shortest prefix of ``ranked`` whose blocks (and slots) let ``rid`` reach ``target`` tokens."""
+        ledger, budget = self.ledger, self.ledger.budget
+        need_blocks = ledger.extra_blocks(rid, target) - ledger.num_free
+        need_slot = not ledger.holds(rid) and budget.max_seqs is not None and ledger.num_seqs >= budget.max_seqs
+        victims: list[ParkedSession] = []
+        for session in ranked:
+            if need_blocks <= 0 and not need_slot:
+                break
+            victims.append(session)
+            need_blocks -= session.num_blocks
+            need_slot = False
+        return victims if need_blocks <= 0 and not need_slot else None
+
+    def _spill(self, request_ids: list[str], evicted: list[str], *, preempted: bool) -> None:
+        for rid in request_ids:
+            self.ledger.free(rid)
+            self.spilled.add(rid)
+            evicted.append(rid)
+            if preempted:
+                self.stats.num_preempted += 1
+            else:
+                self.stats.num_spilled += 1
+
+    def _session(self, req: Request, model: int, now: float) -> ParkedSession:
+        rid = req.spec.request_id
+        since, location = self._parked.get(rid, (now, model))
+        return ParkedSession(
+            request_id=rid,
+            num_blocks=self.ledger.blocks_of(rid),
+            num_tokens=req.anchors[model],
+            parked_since=since,
+            location=location,
+            num_remaining=req.spec.max_tokens - req.num_output_tokens,
+        )

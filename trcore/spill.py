@@ -1,0 +1,135 @@
+"""Which KV to give up when a step needs blocks: spill policies over a model's parked sessions.
+
+A *parked session* holds KV on this model while another model continues its request. Spilling it frees its
+blocks; if it comes back, its context is recomputed (one extend step). Three policies, by name:
+
+* ``cost`` (default): keep the sessions whose KV is worth most per block, value = chance of returning before the
+  request ends x the time to recompute its context. A new request may spill sessions to get in only when that
+  expected recompute costs less than what running it now saves (its tokens ride along in steps that run anyway);
+  otherwise it waits at admission.
+* ``lru``: spill the session parked longest ago; new requests always get in.
+* ``admission-limit``: never spill; a request is admitted on a model only once its whole worst-case footprint
+  (prompt + max_tokens) is reserved there, so running requests never run out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from trcore.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ParkedSession:
+    """A session that could be spilled: what it holds and what is known of its future."""
+
+    request_id: str
+    num_blocks: int
+    num_tokens: int  #: context whose KV it holds
+    parked_since: float
+    location: int  #: the model continuing it now
+    num_remaining: int  #: output tokens it may still write
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """A linear step-time model for pricing spills: ``base_s + per_request_s * batch + extend_s * extend tokens``
+    (the profile's terms). The defaults, for when no profile is known, are relative units: a step's fixed cost
+    equals 200 tokens of extend, roughly a decode step against prefill on GPUs and on the CPU pair."""
+
+    base_s: float = 1.0
+    per_request_s: float = 0.0
+    extend_s: float = 0.005
+
+    def recompute_s(self, num_tokens: int) -> float:
+        return self.extend_s * num_tokens
+
+    def saving_per_token_s(self, batch_size: int) -> float:
+        """What one token costs alone in a step of ``batch_size`` minus its marginal cost in that step."""
+        b = max(1, batch_size)
+        return max(0.0, (self.base_s + self.per_request_s * b) / b - self.per_request_s)
+
+
+class SpillPolicy:
+    """Base policy: ``order`` ranks sessions most expendable first; ``may_admit_by_spilling`` decides whether a
+    new request may push sessions out to get in."""
+
+    name = ""
+    reserves_worst_case = False
+
+    def order(self, sessions: Sequence[ParkedSession], model: int) -> list[ParkedSession]:
+        return sorted(sessions, key=lambda s: s.parked_since)
+
+    def may_admit_by_spilling(
+        self, victims: Sequence[ParkedSession], model: int, new_tokens: int, batch_size: int
+    ) -> bool:
+        return True
+
+
+class LRUSpill(SpillPolicy):
+    """Spill the session parked longest ago."""
+
+    name = "lru"
+
+
+class AdmissionLimit(SpillPolicy):
+    """Never spill; reserve each request's worst case on arrival."""
+
+    name = "admission-limit"
+    reserves_worst_case = True
+
+    def order(self, sessions: Sequence[ParkedSession], model: int) -> list[ParkedSession]:
+        return []
+
+
+class CostSpill(SpillPolicy):
+    """Keep what is worth most per block (see the module docstring).
+
+    ``routing[i][j]`` is the per-step chance a request on model ``i`` moves to ``j`` (the routing statistics'
+    P); without it every session with tokens left is assumed to return."""
+
+    name = "cost"
+
+    def __init__(self, cost: StepCost | None = None, routing: Sequence[Sequence[float]] | None = None) -> None:
+        self.cost = cost or StepCost()
+        self.routing = routing
+
+    def return_probability(self, session: ParkedSession, model: int) -> float:
+        """Chance the session comes back to ``model`` before its request ends."""
+        if session.num_remaining <= 0:
+            return 0.0
+        if self.routing is None or session.location == model:
+            return 1.0
+        move = self.routing[session.location][model]
+        return 1.0 - (1.0 - move) ** session.num_remaining
+
+    def expected_recompute_s(self, session: ParkedSession, model: int) -> float:
+        return self.return_probability(session, model) * self.cost.recompute_s(session.num_tokens)
+
+    def order(self, sessions: Sequence[ParkedSession], model: int) -> list[ParkedSession]:
+        def value_per_block(s: ParkedSession) -> tuple[float, float]:
+            return (self.expected_recompute_s(s, model) / max(1, s.num_blocks), s.parked_since)
+
+        return sorted(sessions, key=value_per_block)
+
+    def may_admit_by_spilling(
+        self, victims: Sequence[ParkedSession], model: int, new_tokens: int, batch_size: int
+    ) -> bool:
+        loss = sum(self.expected_recompute_s(v, model) for v in victims)
+        gain = new_tokens * self.cost.saving_per_token_s(batch_size)
+        return loss <= gain
+
+
+SPILL_POLICIES: dict[str, type[SpillPolicy]] = {p.name: p for p in (CostSpill, LRUSpill, AdmissionLimit)}
+
+
+def spill_policy(
+    name: str, cost: StepCost | None = None, routing: Sequence[Sequence[float]] | None = None
+) -> SpillPolicy:
+    """The policy called ``name``; unknown names are a ConfigError listing the valid ones."""
+    if name == CostSpill.name:
+        return CostSpill(cost, routing)
+    if name in SPILL_POLICIES:
+        return SPILL_POLICIES[name]()
+    raise ConfigError("memory.spill", f"unknown spill policy {name!r}; valid: {', '.join(sorted(SPILL_POLICIES))}")
