@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from tests.core.test_throughput_reference import reference_throughput
 from trcore.errors import ConfigError, InfeasibleError, NotIrreducibleError
 from trcore.throughput import ThroughputModel, feasible_thresholds
 from trcore.throughput.chain import chain_for
@@ -167,14 +168,29 @@ def _max_rate(model, n):
     )
 
 
+def _has_several_closed_classes(P, C, latency, max_batch, n, thresholds):
+    quanta = [[round(x / 1e-3) for x in table] for table in latency]
+    try:
+        reference_throughput(P, C, quanta, 1e-3, n, thresholds, max_batch)
+    except AssertionError as err:
+        return "closed classes" in str(err)
+    return False
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
+# Reducible: model 1 keeps its requests, and how they batch there depends on how they arrived.
+@example(([[0.75, 0.25], [0.0, 1.0]], [[1.0, 0.0], [0.0, 0.0]], [[0.001], [0.001]], None, 3))
 def test_throughput_never_exceeds_every_model_running_flat_out(scenario):
     P, C, latency, max_batch, n = scenario
     model = ThroughputModel(P, C, latency, quantum_s=1e-3, max_batch=max_batch)
     try:
         result = model.optimize(n)
     except NotIrreducibleError:
+        # Documented: raised when a candidate's chain has more than one closed class. The reference walk, which
+        # shares no code with the model, must find such a candidate; an irreducible system must not raise.
+        caps = model.spec.batch_caps(n)
+        assert any(_has_several_closed_classes(P, C, latency, max_batch, n, b) for b in feasible_thresholds(caps, n))
         return
     bound = _max_rate(model, n)
     for cand in result.candidates:
