@@ -6,10 +6,15 @@ the tolerance is 3%; benchmarks/model_check.py runs the full grid (N = 1..8, eve
 and an M = 3 case) long enough for the 1% bound and commits its JSON.
 """
 
+from dataclasses import replace
+
 import pytest
 
-from trsim import markov_config
+from trcore import policies_for
+from trcore.throughput import ThroughputModel
+from trsim import markov_config, simulate
 from trsim.check import compare_point, model_optimum
+from trsim.latency import TableModel
 from trsim.sweep import best_thresholds, feasible_thresholds, grid, run_sweep
 
 R2R = ([[0.65, 0.35], [1.0, 0.0]], [[1.0, 0.0], [1.0, 0.0]], [0.006, 0.0279])
@@ -29,6 +34,25 @@ def test_simulated_throughput_matches_the_model(system, concurrency, thresholds)
     P, C, latency = system
     row = compare_point(P, C, latency, concurrency, thresholds, TOKENS, seed=concurrency)
     assert abs(row["rel_diff"]) < 0.03, row
+
+
+# Step latency by batch size (1, 2, 3 requests on model 0; 1, 2 on model 1), and batches capped at 3 and 2.
+TABLES = ([0.006, 0.0075, 0.009], [0.0279, 0.031])
+CAPS = [3, 2]
+
+
+@pytest.mark.parametrize(("concurrency", "thresholds"), [(6, (2, 1)), (6, (1, 2)), (8, (3, 2))])
+def test_simulated_throughput_matches_the_model_with_batch_caps_and_latency_tables(concurrency, thresholds):
+    P, C, _ = R2R
+    tables = [TableModel(range(1, len(t) + 1), t) for t in TABLES]
+    config = markov_config(P, C, tables, thresholds, concurrency, "endless", seed=concurrency)
+    config = replace(config, policies=policies_for(list(thresholds), max_batch=CAPS)).with_quantum(1e-4)
+    # The first tokens come from the synchronized start (every request prefilled on model 0 at once): excluded.
+    sim = simulate(config, tokens=TOKENS + 5_000, warmup_tokens=5_000)
+    model = ThroughputModel(P, C, [list(t) for t in TABLES], quantum_s=1e-4, max_batch=CAPS)
+    expect = model.solve(concurrency, list(thresholds)).throughput_tok_s
+    assert sim.throughput_tok_s == pytest.approx(expect, rel=0.03)
+    assert [max(m.batch_histogram) for m in sim.models] == CAPS  # the caps bind: N is above both
 
 
 def test_a_simulated_sweep_picks_the_models_best_thresholds():
