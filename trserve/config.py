@@ -55,6 +55,17 @@ class BatchingConfig(StrictSection):
     auto: AutoThresholdsConfig = AutoThresholdsConfig()
 
 
+class MemoryConfig(StrictSection):
+    """KV memory in the core (``memory:``): ``policy`` picks what a model gives up when a step needs blocks
+    (``trcore.spill``): ``cost`` (default) spills the parked sessions worth least per block and lets a new request
+    in by spilling only when that costs less than it saves, else it waits at admission; ``lru`` spills the oldest
+    parked session; ``admission-limit`` never spills and admits a request on a model only once its worst case
+    (prompt + max_tokens) is reserved there; ``off`` keeps no accounting (the engine fails a step that does not
+    fit, as before)."""
+
+    policy: Literal["cost", "lru", "admission-limit", "off"] = "cost"
+
+
 class RestartConfig(StrictSection):
     """What happens when a subserver process dies: restart it (up to ``max_restarts`` times; its requests resume
     once it is back), or stay down (its requests fail with 503)."""
@@ -136,6 +147,7 @@ class ServeConfig(StrictSection):
     router: RouterConfig = RouterConfig()
     batching: BatchingConfig = BatchingConfig()
     server: ServerConfig = ServerConfig()
+    memory: MemoryConfig = MemoryConfig()
     seed: int = 0
     top_logprobs: int = Field(20, ge=0)
     #: None: every process on this machine (Ray is never imported); else the Ray cluster that hosts the workers.

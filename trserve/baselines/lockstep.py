@@ -20,7 +20,6 @@ from collections import deque
 from typing import Any
 
 from trcore import CLIENT, Batch, BatchingPolicy, PeerReq, StepResult, Subserver
-from trserve.runtime.loop import unseen_tokens
 from trserve.runtime.messages import (
     Abort,
     Failed,
@@ -107,7 +106,7 @@ class LockstepDriver:
                 self.mailbox.send(engine_proc(m), Release([request_id]))
 
     def _call(self, model: int, batch: Batch) -> StepReply:
-        items = [(r.request_id, unseen_tokens(r, model), dict(r.spec.sampling)) for r in batch.requests]
+        items = [(r.request_id, r.token_ids[r.anchors[model] :], dict(r.spec.sampling)) for r in batch.requests]
         call = StepCall(next(self._calls), items)
         self.mailbox.send(engine_proc(model), call)
         reply: StepReply | None = None

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from trcore.memory import KVBudget
 from trserve.engine.core_link import CoreLink, sampling_params, start_core
 from trserve.engine.handoff import Resident, handoff_mode
 from trserve.engine.signals import EntropySink, top_logprobs_of
@@ -70,6 +71,12 @@ class StepEngine:
         """How many tokens of context the KV cache holds in all (for admission control and tests)."""
         cache = self._link.core.vllm_config.cache_config
         return int(cache.kv_cache_size_tokens or cache.num_gpu_blocks * cache.block_size)
+
+    def kv_budget(self) -> KVBudget:
+        """The KV cache as the core accounts it: vLLM's blocks less the one its block pool keeps as the null
+        block, its block size, and ``max_num_seqs`` (parked sessions count against it)."""
+        cache = self._link.core.vllm_config.cache_config
+        return KVBudget(int(cache.num_gpu_blocks) - 1, int(cache.block_size), self.config.max_num_seqs)
 
     def kv_usage(self) -> float:
         """Fraction of KV cache blocks in use (blocks only held by the prefix cache count as free)."""

@@ -73,15 +73,25 @@ def vocab_size_of(model_path: str) -> int | None:
     return int(size) if size else None
 
 
-def admit(limits: Limits, body: SamplingFields, ids: list[int], max_tokens: int | None, chat: bool) -> RequestSpec:
-    """The request's spec once every field fits every model; raises :class:`Refused` naming the field."""
+def admit(
+    limits: Limits,
+    body: SamplingFields,
+    ids: list[int],
+    max_tokens: int | None,
+    chat: bool,
+    kv_capacity: int | None = None,
+) -> RequestSpec:
+    """The request's spec once every field fits every model; raises :class:`Refused` naming the field.
+    ``kv_capacity``: the tokens the smallest KV cache of the run holds (a request must fit it whole)."""
     if body.model != limits.served_model_name:
         raise Refused("model", f"unknown model {body.model!r}; this server serves {limits.served_model_name!r}")
     prompt = "messages" if chat else "prompt"
     if not ids:
         raise Refused(prompt, f"the {prompt} is empty (it tokenizes to no tokens)")
     check_token_ids(prompt, ids, limits.vocab_size)
-    max_tokens = check_context(limits, len(ids), max_tokens, "max_completion_tokens" if chat else "max_tokens")
+    param = "max_completion_tokens" if chat else "max_tokens"
+    max_tokens = check_context(limits, len(ids), max_tokens, param)
+    check_kv(kv_capacity, len(ids), max_tokens, param)
     check_token_ids("stop_token_ids", body.stop_token_ids or (), limits.vocab_size)
     check_token_ids("logit_bias", list(body.logit_bias_ids), limits.vocab_size)
     if body.top_k is not None and body.top_k > limits.vocab_size:
@@ -126,6 +136,16 @@ def check_context(limits: Limits, num_prompt: int, max_tokens: int | None, param
             "(the smallest max_model_len of the models a request may visit)",
         )
     return max_tokens
+
+
+def check_kv(kv_capacity: int | None, num_prompt: int, max_tokens: int, param: str) -> None:
+    """A request whose whole sequence cannot fit the smallest KV cache could never run; refuse it now."""
+    if kv_capacity is not None and num_prompt + max_tokens > kv_capacity:
+        raise Refused(
+            param if num_prompt < kv_capacity else "prompt",
+            f"prompt ({num_prompt} tokens) + max_tokens ({max_tokens}) exceeds the KV cache of {kv_capacity} "
+            "tokens (the smallest of the models a request may visit); lower max_tokens or raise kv_cache_gib",
+        )
 
 
 def check_extras(body: SamplingFields) -> None:

@@ -172,7 +172,8 @@ def _admit(
     ctx: ServerContext, body: SamplingFields, ids: list[int], max_tokens: int | None, chat: bool
 ) -> tuple[Any, TextStream]:
     try:
-        spec = admit(ctx.limits, body, ids, max_tokens, chat)
+        kv = ctx.frontend.kv_capacity
+        spec = admit(ctx.limits, body, ids, max_tokens, chat, kv_capacity=min(kv.values()) if kv else None)
     except Refused as exc:
         raise APIError(400, f"{exc.param}: {exc.message}", param=exc.param) from None
     try:

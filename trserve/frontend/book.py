@@ -66,6 +66,8 @@ class FrontEnd:
         self.restarting: set[int] = set()
         self.ready_waiters: dict[int, asyncio.Future[Ready]] = {}
         self.on_ready: Callable[[Ready], None] | None = None
+        #: Tokens of KV each process's cache holds, as its ``Ready`` said (absent or 0: not enforced).
+        self.kv_capacity: dict[int, int] = {}
         self.mailbox = open_async_mailbox(inbox_address, inboxes, keys)
         self.counts = CountPublisher(num_subservers, self.mailbox)
         self.prober = Prober(self.mailbox.send)  # not self.send: no reference cycle back to the front end
@@ -232,6 +234,8 @@ class FrontEnd:
         elif isinstance(msg, State):
             self.prober.on_state(msg)
         elif isinstance(msg, Ready):
+            if msg.kv_capacity_tokens:
+                self.kv_capacity[msg.model] = msg.kv_capacity_tokens
             waiter = self.ready_waiters.pop(msg.model, None)
             if waiter is not None and not waiter.done():  # only a worker being started may report an address
                 if msg.address:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Protocol, cast
 
-from trcore import Batch, PeerReq, Request, Subserver
+from trcore import Batch, PeerReq, Subserver
 from trcore.replicas import ReplicaTable
 from trserve.engine.types import Engine, EngineStepError, OverlappingEngine, StepItem, TokenOut
 from trserve.runtime.messages import (
@@ -27,14 +27,14 @@ from trserve.runtime.messages import (
     Rewire,
     Shutdown,
     State,
-    StepReport,
     incarnation_of,
 )
 from trserve.runtime.reports import (
     LoopStats,
     emulated_fields,
-    python_objects,
-    rss_bytes,
+    failure_report,
+    loop_state,
+    memory_fields,
     split_handoffs,
     step_outcome,
     step_report,
@@ -106,6 +106,7 @@ class SubserverLoop:
         """Handle what arrived, then launch a step if the policy allows, else wait for a message or deadline."""
         self._handle_all(self.mailbox.receive_all(0))
         batch = self.sub.launch(self.clock())
+        self._fail_unservable()
         if batch is not None:
             self.stats.launched()
             self._step(batch)
@@ -185,7 +186,12 @@ class SubserverLoop:
     # -- one step ---------------------------------------------------------------------------------------------
 
     def _step(self, batch: Batch) -> None:
-        items = [StepItem(r.request_id, unseen_tokens(r, self.model), r.spec.sampling) for r in batch.requests]
+        for rid in batch.evicted:  # spilled or preempted by the core: their blocks go before the step takes them
+            self.engine.release(rid)
+        items = [
+            StepItem(r.request_id, r.token_ids[len(r.token_ids) - n :], r.spec.sampling)
+            for r, n in zip(batch.requests, batch.num_new_tokens, strict=True)
+        ]
         outputs_before = [r.num_output_tokens for r in batch.requests]
         started = time.perf_counter()
         host_gap_s = None if self._free_at is None else started - self._free_at
@@ -202,7 +208,8 @@ class SubserverLoop:
                 self._forget(rid)
         self.stats.num_steps += 1
         counts = {"num_ready": self.sub.num_ready, "num_resident": len(self.sub.requests), "replica": self.replica,
-                  "step_s": step_s, "host_gap_s": host_gap_s, **emulated_fields(self.engine)}  # fmt: skip
+                  "step_s": step_s, "host_gap_s": host_gap_s, "memory": memory_fields(self.sub.memory),
+                  **emulated_fields(self.engine)}  # fmt: skip
         finished, counts["num_handoffs"] = self._hand_off(batch, handoffs)  # at once: a peer may be waiting
         outcome = step_outcome(batch, outputs_before, handoffs, finished, failed)  # now: the requests change later
         self._pending = partial(self._report, outcome, counts)
@@ -266,6 +273,21 @@ class SubserverLoop:
         extra = msg.extra or next(r.extra for r in batch.requests if r.request_id == msg.request_id)
         return self.table.proc_of_request(model, extra)
 
+    def _fail_unservable(self) -> None:
+        """Report the requests the core found too large for this model's whole KV cache (front ends refuse
+        those at admission; this covers any that got through)."""
+        unservable = self.sub.take_unservable()
+        if not unservable:
+            return
+        self._publish_pending()
+        capacity = self.sub.memory.ledger.budget.capacity_tokens if self.sub.memory is not None else 0
+        failed = []
+        for req in unservable:
+            self._forget(req.request_id)
+            why = f"model {self.model}: {req.num_tokens} tokens cannot fit its KV cache of {capacity} tokens"
+            failed.append(Failed(req.request_id, why))
+        self.mailbox.send(FRONTEND, failure_report(self.sub, self.engine, 0, failed, self.replica))
+
     def _fail_batch(self, batch: Batch, messages: dict[str, str]) -> None:
         self._publish_pending()  # the previous step goes first
         failed = []
@@ -273,26 +295,9 @@ class SubserverLoop:
             self._forget(req.request_id)
             failed.append(Failed(req.request_id, messages.get(req.request_id, f"model {self.model} failed")))
         self.sub.fail(batch)  # the batch will never complete; its requests are gone
-        report = StepReport(self.model, batch.size, 0, 0.0, self.sub.num_ready, len(self.sub.requests), 0,
-                            self.engine.kv_usage(), failed=failed, replica=self.replica)  # fmt: skip
-        self.mailbox.send(FRONTEND, report)
+        self.mailbox.send(FRONTEND, failure_report(self.sub, self.engine, batch.size, failed, self.replica))
 
     def state(self, token: int, detail: bool = False) -> State:
         """This model's resident requests, KV usage and resident memory (``detail``: live Python objects too)."""
-        return State(
-            model=self.model,
-            token=token,
-            pid=os.getpid(),
-            num_resident=len(self.sub.requests),
-            num_ready=self.sub.num_ready,
-            kv_usage=self.engine.kv_usage(),
-            rss_bytes=rss_bytes(),
-            num_steps=self.stats.num_steps,
-            engine={"python_objects": python_objects()} if detail else {},
-            received=dict(getattr(self.mailbox, "counts", {})),
-            replica=self.replica,
-        )
-
-
-def unseen_tokens(req: Request, model: int) -> list[int]:
-    return req.token_ids[req.anchors[model] :]
+        received = dict(getattr(self.mailbox, "counts", {}))
+        return loop_state(self.sub, self.engine, self.stats.num_steps, received, self.replica, token, detail)

@@ -78,6 +78,8 @@ class Ready:
     kv_usage: float
     signals: tuple[str, ...] = ()
     address: str = ""
+    #: Tokens of context its KV cache holds in all (0: not known, no limit enforced).
+    kv_capacity_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,9 @@ class StepReport:
     #: Seconds the loop spent between the end of the previous step and the start of this one when it went straight
     #: on (requests were ready); None after the loop idled. Host time the engine waited on.
     host_gap_s: float | None = None
+    #: KV accounting of the core (:func:`trserve.runtime.reports.memory_fields`): blocks in all, used, parked;
+    #: cumulative spills, preemptions, recomputed tokens, admission waits. Empty without accounting.
+    memory: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -153,6 +158,7 @@ class State:
     #: Messages its inbox took, by class name, and ``bad`` ones it dropped (:mod:`trserve.runtime.transport`).
     received: dict[str, int] = field(default_factory=dict)
     replica: int = 0
+    memory: dict[str, int] = field(default_factory=dict)
 
 
 # -- baselines: a driver process talking to engine-only worker processes ---------------------------------------

@@ -4,14 +4,15 @@ live request goes on (the front end's resume points after a crash); per probe, i
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from trcore import CLIENT, Batch, PeerReq, StepResult
+from trcore import CLIENT, Batch, KVMemory, PeerReq, StepResult, Subserver
 from trserve.engine.types import Engine, TokenOut
-from trserve.runtime.messages import Failed, Finished, Handoffs, Route, StepReport
+from trserve.runtime.messages import Failed, Finished, Handoffs, Route, State, StepReport
 
 
 def resume_points(batch: Batch, handoffs: list[tuple[int, PeerReq]], done: set[str]) -> list[Route]:
@@ -66,6 +67,49 @@ def step_outcome(
         "failed": [Failed(rid, message) for rid, message in failed.items()],
         "routes": resume_points(batch, handoffs, done),
     }
+
+
+def memory_fields(memory: KVMemory | None) -> dict[str, int]:
+    """The core's KV accounting as a report's ``memory`` field (empty without accounting)."""
+    if memory is None:
+        return {}
+    ledger, stats = memory.ledger, memory.stats
+    return {
+        "blocks_total": ledger.budget.num_blocks,
+        "block_size": ledger.budget.block_size,
+        "blocks_used": ledger.num_used,
+        "blocks_parked": memory.num_parked_blocks(),
+        "spilled": stats.num_spilled,
+        "preempted": stats.num_preempted,
+        "recomputed_tokens": stats.num_recomputed_tokens,
+        "admission_waits": stats.num_admission_waits,
+    }
+
+
+def failure_report(sub: Subserver, engine: Engine, batch_size: int, failed: list[Failed], replica: int) -> StepReport:
+    """The report of requests that failed without a step (a failed batch of ``batch_size``, or unservable ones)."""
+    return StepReport(sub.model, batch_size, 0, 0.0, sub.num_ready, len(sub.requests), 0, engine.kv_usage(),
+                      failed=failed, replica=replica, memory=memory_fields(sub.memory))  # fmt: skip
+
+
+def loop_state(
+    sub: Subserver, engine: Engine, num_steps: int, received: dict[str, int], replica: int, token: int, detail: bool
+) -> State:
+    """A subserver loop's answer to a probe (``detail``: live Python objects too)."""
+    return State(
+        model=sub.model,
+        token=token,
+        pid=os.getpid(),
+        num_resident=len(sub.requests),
+        num_ready=sub.num_ready,
+        kv_usage=engine.kv_usage(),
+        rss_bytes=rss_bytes(),
+        num_steps=num_steps,
+        engine={"python_objects": python_objects()} if detail else {},
+        received=received,
+        replica=replica,
+        memory=memory_fields(sub.memory),
+    )
 
 
 def step_report(outcome: dict[str, Any], counts: dict[str, Any], stats: LoopStats) -> StepReport:
