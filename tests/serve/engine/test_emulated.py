@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from pathlib import Path
@@ -13,11 +14,11 @@ from typer.testing import CliRunner
 
 from tokenrouter.cli import app
 from trserve.config import ServeConfig, load_config
+from trserve.engine import emulated
 from trserve.engine.emulated import EmulatedEngine, EmulatedLatency, wait_until
 from trserve.engine.hash import HashEngine
 from trserve.engine.types import StepItem
 from trserve.model_config import EmulatedConfig
-from trsim.profile import latency_from_profile, load_profile
 
 ROOT = Path(__file__).resolve().parents[3]
 PROFILE = ROOT / "calibration" / "profiles" / "cpu-2core" / "small.json"
@@ -35,12 +36,24 @@ def test_latency_list_is_by_batch_size_from_one_and_keeps_its_last_value():
     assert latency.table(4) == [0.006, 0.0065, 0.007, 0.007]
 
 
-def test_profile_latency_is_the_profiles_fit_with_context_and_extend_terms():
-    latency = EmulatedLatency.from_config(EmulatedConfig(profile=str(PROFILE)))
-    fit = latency_from_profile(load_profile(PROFILE))
-    assert latency.step_s(8, 800, 40) == pytest.approx(fit.predict(8, 800, 40))
-    assert latency.step_s(8, 4000, 0) > latency.step_s(8, 800, 0)  # the context term is there
-    assert latency.step_s(8, 800, 256) > latency.step_s(8, 800, 0)  # and the extend term
+def write_profile(path, coefficients):
+    fit = {"model": "quadratic", "coefficients": coefficients}
+    path.write_text(json.dumps({"llm": "made-up", "machine": {"description": "written by a test"}, "fit": fit}))
+    return path
+
+
+def test_profile_latency_is_the_profiles_fit_with_context_and_extend_terms(tmp_path):
+    # a + b * batch + c * context + d * extend + e * batch**2, coefficients chosen here.
+    coefs = {"a": 0.02, "b": 0.001, "c": 1e-6, "d": 5e-4, "e": 1e-5}
+    latency = EmulatedLatency.from_config(EmulatedConfig(profile=str(write_profile(tmp_path / "p.json", coefs))))
+    assert latency.step_s(8, 800, 40) == pytest.approx(0.02 + 0.008 + 0.0008 + 0.02 + 0.00064)
+    assert latency.step_s(8, 4000, 0) == pytest.approx(0.02 + 0.008 + 0.004 + 0.00064)
+    assert latency.step_s(1, 0, 0) == pytest.approx(0.02 + 0.001 + 0.00001)
+    # The engine feeds the model its batch's context (tokens held after the step) and extend tokens (fed beyond
+    # one per request): a prefills 3 tokens (2 extend), b 1; context 3 + 1.
+    engine = EmulatedEngine(0, latency)
+    engine.start([StepItem("a", [5, 6, 7]), StepItem("b", [9])])
+    assert engine.last_emulated_s == pytest.approx(0.02 + 2 * 0.001 + 4 * 1e-6 + 2 * 5e-4 + 4 * 1e-5)
 
 
 def test_jitter_draws_from_the_profiles_spread_reproducibly():
@@ -63,7 +76,8 @@ def test_emulated_engine_writes_the_hash_engines_tokens():
 
 
 def test_step_takes_the_emulated_latency_of_its_batch():
-    """Accuracy is reported, not asserted (the machine is shared); the wait never ends before its deadline."""
+    """Accuracy on the real clock is reported, not asserted (the machine is shared); the wait never ends before
+    its deadline. The upper bound is checked on a scripted clock below."""
     engine = EmulatedEngine(0, EmulatedLatency.by_batch_s(0.002, 0.003))
     errors = []
     for k in range(40):
@@ -73,7 +87,42 @@ def test_step_takes_the_emulated_latency_of_its_batch():
         assert engine.last_actual_s >= engine.last_emulated_s
         errors.append(engine.last_actual_s - engine.last_emulated_s)
     print(f"emulated step error: median {statistics.median(errors) * 1e6:.0f} us, max {max(errors) * 1e6:.0f} us")
-    assert engine.wait_cpu_s >= 0.0
+
+
+class ScriptedClock:
+    """A clock for the wait: ``sleep`` overshoots by 0.1 ms (as ``time.sleep`` does) and costs no CPU; each
+    ``perf_counter`` read while spinning costs 10 us of CPU."""
+
+    OVERSHOOT_S, READ_S = 1e-4, 1e-5
+
+    def __init__(self) -> None:
+        self.now = self.cpu = 0.0
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds + self.OVERSHOOT_S
+
+    def perf_counter(self) -> float:
+        self.now += self.READ_S
+        self.cpu += self.READ_S
+        return self.now
+
+    def process_time(self) -> float:
+        return self.cpu
+
+
+def test_the_wait_ends_within_one_clock_read_of_the_emulated_latency_and_spins_only_its_tail(monkeypatch):
+    clock = ScriptedClock()
+    monkeypatch.setattr(emulated, "time", clock)
+    engine = EmulatedEngine(0, EmulatedLatency.by_batch_s(0.002, 0.003))
+    spins = []
+    for k in range(6):
+        engine.step([StepItem(f"r{i}", [k]) for i in range(1 + k % 2)])
+        # The sleep stops SPIN_S (0.3 ms) early, more than its 0.1 ms overshoot; the spin reads to the deadline.
+        assert engine.last_emulated_s <= engine.last_actual_s <= engine.last_emulated_s + 2 * clock.READ_S
+        # CPU: the spin after the sleep's early stop, SPIN_S - OVERSHOOT_S = 0.2 ms, within a read or two.
+        assert engine.last_wait_cpu_s == pytest.approx(emulated.SPIN_S - clock.OVERSHOOT_S, abs=3 * clock.READ_S)
+        spins.append(engine.last_wait_cpu_s)
+    assert engine.wait_cpu_s == pytest.approx(sum(spins))
 
 
 def test_wait_until_returns_at_or_after_the_deadline():
