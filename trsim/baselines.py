@@ -7,7 +7,7 @@
 * ``per-token``: per-token standard serving: every token is a new request to a single-model server, paying
   re-admission, prefix matching and recomputation of the last partial KV block on each token, plus a client
   round trip (``PerTokenConfig``);
-* ``llm-only``: every token on the largest model (the last one), no routing.
+* ``llm-only``: every token on the largest model (the last one), no routing, with that model's KV cache.
 """
 
 from __future__ import annotations
@@ -90,6 +90,7 @@ def llm_only(config: SimConfig) -> SimConfig:
         entry_model=0,
         per_token=None,
         model_names=(config.names[llm],),
+        kv=replace(config.kv, budgets=(config.kv.budgets[llm],)) if config.kv is not None else None,
     )
 
 

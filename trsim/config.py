@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from trcore import BatchingPolicy, ConfigError, InfeasibleError
+from trsim.kv import KVSimConfig
 from trsim.latency import LatencyModel, QuantizedModel
 from trsim.routing import RouterConfig
 from trsim.signals import SignalConfig
@@ -80,6 +81,8 @@ class SimConfig:
     model_names: tuple[str, ...] = ()
     #: Copies of each model, each its own subserver (empty: one of each); requests are pinned as the server does.
     replicas: tuple[int, ...] = ()
+    #: KV caches and the spill policy (``trsim.kv``); None: memory is free, as before KV accounting existed.
+    kv: KVSimConfig | None = None
 
     def __post_init__(self) -> None:
         if not self.latency or len(self.latency) != len(self.policies):
@@ -95,6 +98,8 @@ class SimConfig:
             raise ConfigError("replicas", f"need one count >= 1 per model ({self.num_models}), got {self.replicas}")
         if self.replicas and max(self.replicas) > 1 and self.per_token is not None:
             raise ConfigError("replicas", "the per-token baseline has no replicas")
+        if self.kv is not None and len(self.kv.budgets) != self.num_models:
+            raise ConfigError("kv", f"need one KV budget per model ({self.num_models}), got {len(self.kv.budgets)}")
 
     @property
     def num_models(self) -> int:

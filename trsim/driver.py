@@ -25,6 +25,8 @@ from trsim.baselines import PerTokenLatency
 from trsim.chrome import StepRecord
 from trsim.clock import LATE, TICKS_PER_S, cost_ticks, fire, to_ticks
 from trsim.config import SimConfig
+from trsim.driver_memory import MemoryDriving
+from trsim.kv import KVRecorder
 from trsim.latency import PrefixCachedModel
 from trsim.metrics import RunStats, SimResult
 from trsim.routing import build_programs
@@ -34,7 +36,7 @@ from trsim.workload import PREFIX_KEY, WorkloadRunner
 _token_ids = attrgetter("token_ids")
 
 
-class Simulation:
+class Simulation(MemoryDriving):
     """One simulated run of a configured system. Build, then :meth:`run` once.
 
     With replicas (``config.replicas``) every (model, replica) is a subserver of its own (``subservers[p]``, process
@@ -53,7 +55,14 @@ class Simulation:
         programs = build_programs(config.router, n, random.Random(rng.getrandbits(64)), models)
         needed = frozenset().union(*(p.required_signals for p in programs))
         self.synth = StepSynthesizer(needed, config.signals, random.Random(rng.getrandbits(64)))
-        self.subservers = [Subserver(p, config.policies[p.model], record_trace=record_trace) for p in programs]
+        kv = config.kv
+        self.subservers = [
+            Subserver(
+                p, config.policies[p.model], record_trace=record_trace, memory=self._memory(p.model) if kv else None
+            )
+            for p in programs
+        ]
+        self.kv = KVRecorder([s.memory for s in self.subservers if s.memory]) if kv else None
         self.latency = list(config.latency)
         self.cooldown_ticks = 0
         #: Per receiving model: ticks a hand-off travels; per process: ticks its model's loop adds to each step.
@@ -147,6 +156,8 @@ class Simulation:
         latency = self.latency[sub.model]
         while True:
             batch = sub.launch(env.now / TICKS_PER_S)
+            if self.kv is not None:
+                self._settle_memory(sub)
             if batch is None:
                 yield self._idle(p)
                 continue
@@ -196,6 +207,8 @@ class Simulation:
         if pins is not None:  # the releases above needed them
             for message in (m for d, m in handoffs if d == CLIENT):
                 pins.pop(message.request_id, None)
+        if self.kv is not None:
+            self.kv.observe(self.env.now)
 
     def _count(self, committed: int) -> None:
         self.committed += committed
@@ -211,11 +224,18 @@ class Simulation:
         self.subservers[dest].receive(message, self.env.now / TICKS_PER_S)
         if not message.is_finished:
             self._wake_model(dest)
+        elif self.kv is not None:  # a release frees blocks
+            self.kv.observe(self.env.now)
 
     def _finish(self, message: PeerReq, now: float, batch: tuple[Request, ...]) -> None:
         rid = message.request_id
         arrival = self._arrivals.pop(rid)
         self.stats.finished.append((arrival, self._first_token_time(rid, batch, now), now, len(message.token_ids)))
+        self._end(message, now)
+
+    def _end(self, message: PeerReq, now: float) -> None:
+        """The request left the system (finished or failed): the client's next move."""
+        rid = message.request_id
         self.synth.release(rid)
         self._set_active(self.num_active - 1, rid)
         self.workload.on_finish(message, now)
@@ -282,6 +302,8 @@ class Simulation:
         if self.table.has_replicas:  # steps per (model, replica), in process order
             steps = zip(self.table.procs, self.stats.proc_steps, strict=True)
             result.extra["replica_steps"] = [[m, r, n] for (m, r), n in steps]
+        if self.kv is not None:
+            result.extra["kv"] = self._kv_summary(end)
         return result
 
 

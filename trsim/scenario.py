@@ -29,6 +29,7 @@ from trcore import BatchingPolicy, ConfigError
 from trsim.baselines import apply_baseline
 from trsim.build import load_trace_file, with_traces
 from trsim.config import PerTokenConfig, SimConfig
+from trsim.kv import KVSimConfig, KVSpec, kv_from_specs
 from trsim.latency import LatencyModel, make_latency_model
 from trsim.lengths import LengthDist, read_length_pairs
 from trsim.profile import latency_from_profile, load_profile
@@ -79,6 +80,7 @@ Length = Annotated[int, Field(ge=1)] | LengthSpec
 class ModelSpec(_Strict):
     name: str | None = None
     latency: LatencySpec
+    kv: KVSpec | None = None
     threshold: int = Field(default=1, ge=1)
     table: dict[int, int] = Field(default_factory=dict)
     max_wait_ms: float | None = Field(default=None, ge=0)
@@ -138,6 +140,8 @@ class Scenario(_Strict):
     transfer_delay_ms: float = Field(default=0.0, ge=0)
     entry_model: int = Field(default=0, ge=0)
     baseline: str = "tokenrouter"
+    #: The spill policy when the models have ``kv`` sections: cost, lru or admission-limit.
+    spill: str = "cost"
     per_token: PerTokenSpec | None = None
     signals: SignalSpec = Field(default_factory=SignalSpec)
 
@@ -160,8 +164,9 @@ def scenario_config(scenario: Scenario, base_dir: str | Path = ".") -> SimConfig
     """The ``SimConfig`` a scenario describes (baseline applied)."""
     base = Path(base_dir)
     n = len(scenario.models)
+    latency = tuple(_latency(m.latency, base, f"models[{i}].latency") for i, m in enumerate(scenario.models))
     config = SimConfig(
-        latency=tuple(_latency(m.latency, base, f"models[{i}].latency") for i, m in enumerate(scenario.models)),
+        latency=latency,
         policies=_policies(scenario.models),
         router=_router(scenario.router),
         workload=_workload(scenario.workload, base),
@@ -171,12 +176,19 @@ def scenario_config(scenario: Scenario, base_dir: str | Path = ".") -> SimConfig
         seed=scenario.seed,
         per_token_costs=_per_token(scenario.per_token),
         model_names=tuple(m.name or f"model{i}" for i, m in enumerate(scenario.models)),
+        kv=_kv(scenario, latency, base),
     )
     if scenario.router.program == "trace":
         if not scenario.router.file:
             raise ConfigError("router.file", "trace replay needs a trace file (JSONL)")
         config = with_traces(config, load_trace_file(base / scenario.router.file, n))
     return apply_baseline(config, scenario.baseline)
+
+
+def _kv(scenario: Scenario, latency: Sequence[LatencyModel], base: Path) -> KVSimConfig | None:
+    profiles = [load_profile(base / m.latency.profile) if m.latency.profile else None for m in scenario.models]
+    specs = [m.kv for m in scenario.models]
+    return kv_from_specs(specs, list(zip(latency, profiles, strict=True)), scenario.spill)
 
 
 def _latency(spec: LatencySpec, base: Path, where: str) -> LatencyModel:

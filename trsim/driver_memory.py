@@ -1,0 +1,57 @@
+"""The simulator driver's side of KV accounting (``SimConfig.kv``), mixed into :class:`trsim.driver.Simulation`:
+building each subserver's :class:`~trcore.KVMemory`, failing the requests the core finds unservable, recording
+blocks in use, and the ``kv`` section of the result. Evicted KV needs no freeing here (no engine holds it); its
+recompute is already in the next batch's ``num_new_tokens``, which the latency model prices."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from trcore import KVMemory, PeerReq, Subserver
+from trsim.clock import TICKS_PER_S
+from trsim.kv import KVRecorder, build_memory
+
+if TYPE_CHECKING:
+    import simpy
+
+    from trcore.replicas import ReplicaTable
+    from trsim.config import SimConfig
+
+
+class MemoryDriving:
+    """Methods :class:`~trsim.driver.Simulation` uses when ``config.kv`` is set."""
+
+    config: SimConfig
+    env: simpy.Environment
+    subservers: list[Subserver]
+    table: ReplicaTable
+    kv: KVRecorder | None
+    _arrivals: dict[str, float]
+    _pins: dict[str, tuple[int, ...]]
+
+    def _end(self, message: PeerReq, now: float) -> None:
+        raise NotImplementedError
+
+    def _memory(self, model: int) -> KVMemory:
+        assert self.config.kv is not None
+        return build_memory(self.config.kv, model, self.config.latency[model], self.config.router)
+
+    def _settle_memory(self, sub: Subserver) -> None:
+        """After a launch: fail what can never fit (freeing it on every model), record the blocks now in use."""
+        assert self.kv is not None
+        now = self.env.now / TICKS_PER_S
+        for req in sub.take_unservable():
+            rid, n = req.spec.request_id, req.spec.num_prompt_tokens
+            for other in self.subservers:
+                other.abort(rid)
+            self._arrivals.pop(rid)
+            self.kv.num_failed += 1
+            self._end(PeerReq(rid, n, tuple(req.token_ids[n:]), tuple(req.anchors), sub.model, is_finished=True), now)
+            self._pins.pop(rid, None)
+        self.kv.observe(self.env.now)
+
+    def _kv_summary(self, end_tick: int) -> dict[str, Any]:
+        assert self.kv is not None and self.config.kv is not None
+        names, replicas = self.config.names, self.table.has_replicas
+        labels = [{"model": names[m], **({"replica": r} if replicas else {})} for m, r in self.table.procs]
+        return self.kv.summary(end_tick, self.config.kv.spill, labels)
