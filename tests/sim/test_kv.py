@@ -2,10 +2,13 @@
 spill policies side by side, unservable requests failed, the cost policy fed from the latency model, and a
 roomy pool that changes nothing."""
 
+import json
 from dataclasses import replace
 
 import pytest
+from typer.testing import CliRunner
 
+from tokenrouter.cli import app
 from trcore import BatchingPolicy, ConfigError, KVBudget
 from trsim import RouterConfig, SimConfig, markov_config, simulate
 from trsim.kv import KVSimConfig, auto_capacity, make_budget, routing_matrix, step_cost
@@ -116,3 +119,33 @@ def test_budgets_from_tokens_blocks_and_the_roofline():
         KVSimConfig((KVBudget(4),), "fifo")
     with pytest.raises(ConfigError, match="one KV budget per model"):
         replace(pair(), kv=KVSimConfig((KVBudget(4),)))
+
+
+def test_simulate_flags_set_the_cache_and_the_policy():
+    args = ["simulate", "--P", "0.65,0.35;1,0", "--C", "1,0;1,0", "--latency-ms", "6,28", "--tokens", "3000", "-N", "8"]
+    args += ["--workload", "short-reasoning", "--json"]
+    out = CliRunner().invoke(app, [*args, "--kv-tokens", "2304,4608", "--spill", "lru"])
+    assert out.exit_code == 0, out.output
+    kv = json.loads(out.output)["extra"]["kv"]
+    assert kv["spill"] == "lru" and [m["capacity_tokens"] for m in kv["models"]] == [2304, 4608]
+    free = json.loads(CliRunner().invoke(app, args).output)
+    assert "kv" not in free["extra"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--kv-tokens", "2304,4608,1"], "error: --kv-tokens: needs 1 or 2 values"),
+        (["--kv-tokens", "-5"], "error: --kv-tokens: expected positive integers"),
+        (["--kv-tokens", "auto"], "error: --kv-tokens: 'auto' needs a roofline latency"),
+        (["--kv-tokens", "100", "--kv-blocks", "4"], "error: --kv-blocks: give --kv-tokens or --kv-blocks, not both"),
+        (["--kv-tokens", "100", "--spill", "fifo"], "error: --spill: unknown spill policy 'fifo'; valid: admission-"),
+        (["--spill", "lru"], "error: --spill: needs a KV cache"),
+        (["--kv-blocks", "8", "--kv-block-size", "0"], "error: --kv-block-size: must be >= 1"),
+    ],
+)
+def test_bad_kv_flags_are_one_line_exit_2(flags, message):
+    out = CliRunner().invoke(app, ["simulate", "--P", "1,0;1,0", "--C", "1,0;1,0", "--latency-ms", "6,28", *flags])
+    assert out.exit_code == 2
+    errors = [line for line in out.output.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and errors[0].startswith(message), out.output

@@ -11,6 +11,15 @@ import typer
 from tokenrouter import options as opt
 from tokenrouter.errors import cli_errors
 from tokenrouter.jobs import RAY_ADDRESS_OPTION, job_runner
+from tokenrouter.kv_options import (
+    KV_BLOCK_SIZE_OPTION,
+    KV_BLOCKS_OPTION,
+    KV_MAX_SEQS_OPTION,
+    KV_TOKENS_OPTION,
+    SPILL_OPTION,
+    KVFlags,
+    apply_kv_flags,
+)
 from trcore.errors import ConfigError, NotIrreducibleError
 
 if TYPE_CHECKING:
@@ -112,6 +121,11 @@ def simulate(
     trace_out: Path = typer.Option(None, "--trace-out", help="Write per-request routing traces (JSONL)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
     replicas: str = typer.Option(None, "--replicas", help="Copies of each model, pinned as the server does [all 1]."),
+    kv_tokens: str = KV_TOKENS_OPTION,
+    kv_blocks: str = KV_BLOCKS_OPTION,
+    kv_block_size: int = KV_BLOCK_SIZE_OPTION,
+    kv_max_seqs: int = KV_MAX_SEQS_OPTION,
+    spill: str = SPILL_OPTION,
 ) -> None:
     """Simulate the system (SimPy driving the shared scheduler core) and report throughput and latency."""
     from dataclasses import replace
@@ -120,6 +134,7 @@ def simulate(
     from trsim.driver import Simulation
 
     config, spec = build_config(scenario, P, C, latency_ms, workload, concurrency, thresholds, quantum_ms, seed)
+    config = apply_kv_flags(config, KVFlags(kv_tokens, kv_blocks, kv_block_size, kv_max_seqs, spill))
     if baseline is not None:
         config = apply_baseline(config, baseline)
     if replicas is not None:
