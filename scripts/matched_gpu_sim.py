@@ -3,7 +3,7 @@
     .venv/bin/python scripts/matched_gpu_sim.py [--bench docs/bench/matched/bench.json]
         [--config configs/emulated-r2r-a100.yaml] [-n 8,32] [--tokens 20000] [--out docs/bench/matched/gpu-sim.json]
 
-For each routing program at its committed operating point (trserve/data/operating_points.json): its routing
+For each routing program at its committed operating point (models/local-smollm2/operating_points.json): its routing
 chain as measured by the bench at that point (``routing`` in ``--bench``) and R2R's chain at the quality set's
 share, simulated on ``--config``'s step latencies (the R2R paper's A100 figures) with requests of the bench's
 length: routed at B = 1 and at the optimizer's B*, R2R's lockstep, and the large model alone

@@ -1,8 +1,9 @@
 """The layering of the packages holds: no import cycles, no upward imports, heavy libraries only where allowed.
 
 Every ``import`` statement counts, at module level or inside a function, under ``TYPE_CHECKING`` or not: a
-function-local import that dodges a cycle is still a cycle. Layers, lowest first: ``trcore`` <- ``trsim`` <-
-``trserve`` <- ``tokenrouter``; inside ``trserve``: engine <- runtime <- frontend <- cluster <- server <- tools.
+function-local import that dodges a cycle is still a cycle. Layers, lowest first: ``trcore`` <- ``trserve.paths``
+<- ``trsim`` <- ``trserve`` <- ``tokenrouter``; inside ``trserve``: engine <- runtime <- frontend <- cluster <-
+server <- tools. ``models/`` (the model pairs) is data, no code, found only through ``trserve.paths``.
 Ray is imported only where processes are placed on a cluster or simulator jobs sent to one (:data:`RAY_ALLOWED`).
 """
 
@@ -18,9 +19,12 @@ PACKAGES = ("trcore", "trsim", "trserve", "tokenrouter")
 #: Rank of each layer; a module may import only modules of the same or a lower rank.
 LAYERS = {
     "trcore": 0,
+    # The one module that knows where files are (models/, the data root, calibration/): below the simulator, which
+    # finds shape configs and model pairs through it; it imports nothing from the project but trcore's errors.
+    "trserve.paths": 0.5,
     "trsim": 1,
-    "trserve.paths": 2,
     "trserve.config": 2,
+    "trserve.pairs": 2,  # a config's model pair: what it fills in, the start-up check of its artifacts
     "trserve.model_config": 2,
     "trserve.entrypoints": 2,
     "trserve.hardware": 2,
@@ -83,7 +87,7 @@ def project_graph(root: Path = ROOT) -> dict[str, set[str]]:
     return graph
 
 
-def layer_of(module: str) -> int:
+def layer_of(module: str) -> float:
     best = max((key for key in LAYERS if module == key or module.startswith(key + ".")), key=len)
     return LAYERS[best]
 
@@ -152,6 +156,36 @@ def test_heavy_libraries_only_where_allowed() -> None:
 
 def test_ray_only_where_allowed() -> None:
     assert ray_imports() == []
+
+
+#: Where model-pair data lived before ``models/`` (issue #25); nothing may name them any more.
+OLD_LOCATIONS = ("trsim/data/shapes", "trcore/programs/routers", "trserve/data/operating_points")
+#: Folders whose text files are searched for the old locations (history and generated results excluded).
+SEARCHED = ("trcore", "trsim", "trserve", "tokenrouter", "tests", "scripts", "benchmarks", "configs", "notebooks")
+
+
+def test_models_folder_is_data_found_through_paths() -> None:
+    from trserve.paths import MODELS_DIR, pair_names
+
+    assert MODELS_DIR == ROOT / "models"
+    assert not list(MODELS_DIR.rglob("*.py")), "models/ holds data only; code stays in the packages"
+    folders = sorted(p.name for p in MODELS_DIR.iterdir() if p.is_dir() and p.name != "shapes")
+    assert folders == pair_names() and {"local-smollm2", "r2r-qwen-1.5b-32b", "qwen3-0.6b-8b"} <= set(folders)
+    for pkg in PACKAGES:  # only trserve.paths builds a path to models/ (every other module asks it)
+        for path in (ROOT / pkg).rglob("*.py"):
+            if path != ROOT / "trserve" / "paths.py":
+                assert '/ "models"' not in path.read_text(), f"{path}: ask trserve.paths where models/ is"
+
+
+def test_nothing_names_the_old_locations() -> None:
+    this = Path(__file__).resolve()
+    for folder in SEARCHED:
+        for path in (ROOT / folder).rglob("*"):
+            if path.suffix in (".py", ".yaml", ".sh", ".ipynb", ".toml") and path.resolve() != this:
+                text = path.read_text()
+                assert not [old for old in OLD_LOCATIONS if old in text], f"{path} names an old location"
+    for old in OLD_LOCATIONS:
+        assert not list(ROOT.glob(old + "*")), f"{old} still exists"
 
 
 def test_trserve_top_level_is_small() -> None:

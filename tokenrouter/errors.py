@@ -22,8 +22,11 @@ def fail(message: str) -> NoReturn:
 
 
 def describe_validation_error(exc: Any) -> str:
-    """The first pydantic error as ``field.path: message``."""
+    """The first pydantic error as ``field.path: message`` (a ConfigError raised inside a validator: its own line)."""
     first = exc.errors()[0]
+    inner = (first.get("ctx") or {}).get("error")
+    if isinstance(inner, ConfigError):
+        return str(inner)
     loc = ".".join(str(p) for p in first.get("loc", ())) or "input"
     return f"{loc}: {first.get('msg', 'invalid')}"
 

@@ -13,12 +13,42 @@ from collections.abc import Sequence
 
 from trcore.errors import ConfigError
 
-#: The R2R-like two-model default: SLM keeps 65% of its tokens, hands 35% to the LLM, which regenerates
-#: the dropped token and always hands back.
-DEFAULT_P = "0.65,0.35;1,0"
-DEFAULT_C = "1,0;1,0"
-DEFAULT_LATENCY_MS = "6.0,27.9"
+#: The pair whose routing statistics and latencies the analytic tools default to: the R2R paper's (the SLM keeps
+#: 65% of its tokens, hands 35% to the LLM, which regenerates the dropped token and always hands back; A100 steps
+#: of 6.0 and 27.9 ms). ``--pair`` names another; ``--P``, ``--C`` and ``--latency-ms`` override it.
+ANALYTIC_PAIR = "r2r-qwen-1.5b-32b"
 DEFAULT_CONCURRENCY = 16
+PAIR_HELP = "Model pair (models/<pair>/, `tokenrouter models list`): its routing statistics and latencies."
+
+
+def check_pair(name: str) -> str:
+    """``name`` if it is a known pair, else a ConfigError for ``--pair`` listing the valid ones."""
+    from trserve.paths import pair_names
+
+    if name not in pair_names():
+        raise ConfigError("--pair", f"unknown pair {name!r}; valid: {', '.join(pair_names())}")
+    return name
+
+
+def pair_defaults(name: str, P: str | None, C: str | None, latency_ms: str | None) -> tuple[str, str, str]:
+    """``--P``, ``--C`` and ``--latency-ms`` as given, or else as pair ``name`` states them (JSON text); a pair
+    without routing statistics or latencies asks for the flag."""
+    from trsim.pairs import load_pair
+
+    spec = load_pair(check_pair(name)).spec
+    stats, latency = spec.routing_stats(), spec.latency()
+    if (P is None or C is None) and stats is None:
+        raise ConfigError("--pair", f"{name} has no routing statistics; give --P and --C")
+    if latency_ms is None and latency is None:
+        shapes = ",".join(f"roofline:a100-80g:{m.shape}" for m in spec.models if m.shape)
+        hint = f" (e.g. {shapes})" if shapes else ""
+        raise ConfigError("--pair", f"{name} has no latencies; give --latency-ms{hint}")
+    latencies = [latency.by_batch_size(m.name) for m in spec.models] if latency else None
+    return (
+        P if P is not None else json.dumps(stats.P if stats else None),
+        C if C is not None else json.dumps(stats.C if stats else None),
+        latency_ms if latency_ms is not None else json.dumps(latencies),
+    )
 
 
 def _numbers(text: str, option: str) -> list[float]:

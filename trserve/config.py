@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 
 from trcore.errors import ConfigError
 from trserve.model_config import ModelConfig, StrictSection, check_models
+from trserve.pairs.fill import apply_pair
 
 Mode = Literal["routed", "lockstep", "per-token"]
 #: ``hash`` is a deterministic stand-in engine for tests of the serving machinery (see trserve.engine.hash);
@@ -137,8 +138,12 @@ class ClusterConfig(StrictSection):
 
 class ServeConfig(StrictSection):
     """Everything ``tokenrouter serve`` needs. Model ``i`` in ``models`` is model index ``i`` of the routing
-    program; requests enter at ``entry_model``."""
+    program; requests enter at ``entry_model``. ``pair`` names the model pair (``models/<pair>/``) the models are:
+    it fills in what the config leaves out (:mod:`trserve.pairs.fill`) and its artifacts are checked against the
+    models at start-up (:mod:`trserve.pairs.check`; ``allow_other_pair`` turns a mismatch into a warning)."""
 
+    pair: str | None = None
+    allow_other_pair: bool = False
     mode: Mode = "routed"
     backend: Backend = "vllm"
     handoff: Handoff = "session"
@@ -152,6 +157,11 @@ class ServeConfig(StrictSection):
     top_logprobs: int = Field(20, ge=0)
     #: None: every process on this machine (Ray is never imported); else the Ray cluster that hosts the workers.
     cluster: ClusterConfig | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_from_pair(cls, data: Any) -> Any:
+        return apply_pair(data) if isinstance(data, dict) else data
 
     @model_validator(mode="after")
     def _cross_fields(self) -> ServeConfig:
@@ -209,8 +219,8 @@ def _check_cluster(cluster: ClusterConfig, mode: str, models: list[ModelConfig])
             raise ValueError(f"models.{i}.placement.gpus needs cluster.accelerator: gpu")
 
 
-def load_config(path: str | Path) -> ServeConfig:
-    """Read and validate a YAML serve config (pydantic errors name the field)."""
+def load_config(path: str | Path, pair: str | None = None) -> ServeConfig:
+    """Read and validate a YAML serve config (pydantic errors name the field); ``pair`` replaces its ``pair:``."""
     import yaml
 
     text = Path(path).read_text()
@@ -220,6 +230,8 @@ def load_config(path: str | Path) -> ServeConfig:
         raise ConfigError("config", f"{path} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError("config", f"{path} must hold a mapping of settings")
+    if pair is not None:
+        data["pair"] = pair
     return ServeConfig.model_validate(data)
 
 

@@ -1,10 +1,14 @@
 """Every file-system location the serving code uses, in one module.
 
-Two kinds: data that ships inside the packages (prompt sets here, shape configs in ``trsim``, trained routers in
-``trcore``), found next to the code so a wheel install works; and locations outside the package: the data root
-for prepared models (``$TOKENROUTER_DATA_DIR``, else ``~/.cache/tokenrouter``) and the repository's
-``calibration/`` and ``configs/`` folders, which exist only in a source checkout and are otherwise named
-explicitly (``$TOKENROUTER_CALIBRATION_DIR`` or a flag), with a clear error when missing.
+Three kinds: data that ships inside the packages (prompt sets here), found next to the code; the model pairs'
+folder ``models/`` (one folder per pair, plus ``models/shapes/``), at the repository root in a checkout and
+shipped inside the wheel as ``trserve/models/`` (``pyproject.toml`` maps it there); and locations outside the
+package: the data root for prepared models (``$TOKENROUTER_DATA_DIR``, else ``~/.cache/tokenrouter``) and the
+repository's ``calibration/`` and ``configs/`` folders, which exist only in a source checkout and are otherwise
+named explicitly (``$TOKENROUTER_CALIBRATION_DIR`` or a flag), with a clear error when missing.
+
+This module imports nothing from the project but ``trcore.errors``, so the simulator may use it too (the layering
+test ranks it just above ``trcore``).
 """
 
 from __future__ import annotations
@@ -13,22 +17,29 @@ import os
 from pathlib import Path
 
 from trcore.errors import ConfigError
-from trcore.programs.detour import ROUTERS_DIR
-from trsim.shapes import SHAPES_DIR
 
 __all__ = [
+    "MODELS_DIR",
     "PROMPTS_DIR",
-    "ROUTERS_DIR",
     "SHAPES_DIR",
     "calibration_dir",
     "data_root",
+    "pair_dir",
+    "pair_names",
     "prepared_model_dir",
+    "prepared_models_dir",
     "repo_root",
 ]
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 #: Prompt sets shipped with the package (routing, small-model calibration).
 PROMPTS_DIR = PACKAGE_DIR / "data" / "prompts"
+#: ``models/``: the installed copy inside the package when there is one (a wheel), else the checkout's folder.
+MODELS_DIR = PACKAGE_DIR / "models" if (PACKAGE_DIR / "models").is_dir() else PACKAGE_DIR.parent / "models"
+#: Shape-only HF ``config.json``s of public models, one per model, named by the pairs that use them.
+SHAPES_DIR = MODELS_DIR / "shapes"
+#: Every ``models/`` entry that is not a pair.
+NOT_PAIRS = ("shapes",)
 DATA_DIR_ENV = "TOKENROUTER_DATA_DIR"
 CALIBRATION_DIR_ENV = "TOKENROUTER_CALIBRATION_DIR"
 
@@ -37,6 +48,16 @@ def repo_root() -> Path | None:
     """The source checkout this package runs from, or None when installed (no ``pyproject.toml`` beside it)."""
     root = PACKAGE_DIR.parent
     return root if (root / "pyproject.toml").is_file() and (root / "trserve").is_dir() else None
+
+
+def pair_dir(name: str) -> Path:
+    """``models/<name>``: the folder of model pair ``name`` (it may not exist: the pair loader says so)."""
+    return MODELS_DIR / name
+
+
+def pair_names() -> list[str]:
+    """Names of the pairs under ``models/``: every folder holding a ``pair.yaml``."""
+    return sorted(p.parent.name for p in MODELS_DIR.glob("*/pair.yaml") if p.parent.name not in NOT_PAIRS)
 
 
 def data_root() -> Path:
@@ -48,9 +69,14 @@ def data_root() -> Path:
     return (Path(cache).expanduser() if cache else Path.home() / ".cache") / "tokenrouter"
 
 
+def prepared_models_dir(root: Path | None = None) -> Path:
+    """Where ``tokenrouter models prepare`` puts the local pair's checkpoints: ``<data root>/models``."""
+    return (root or data_root()) / "models"
+
+
 def prepared_model_dir(name: str, root: Path | None = None) -> Path:
     """Directory of prepared model ``name`` under the data root (it may not exist yet)."""
-    return (root or data_root()) / "models" / name
+    return prepared_models_dir(root) / name
 
 
 def calibration_dir(*parts: str) -> Path:

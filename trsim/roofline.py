@@ -129,7 +129,7 @@ class StepCost:
 
 @register_latency_model("roofline")
 class RooflineModel(LatencyModel):
-    """Step latency of shape ``shape`` (a name under ``trsim/data/shapes`` or a config dict) on ``tp`` devices
+    """Step latency of shape ``shape`` (a name under ``models/shapes`` or a config dict) on ``tp`` devices
     ``hardware`` (a name in the hardware table) in ``dtype``; further keyword arguments set :class:`RooflineParams`.
     """
 

@@ -1,4 +1,4 @@
-"""Shape-only model configs (``trsim/data/shapes/<name>.json``, package data): lookup, parameter counts, vLLM dirs.
+"""Shape-only model configs (``models/shapes/<name>.json``): lookup, parameter counts, vLLM-openable dirs.
 
 A shape config is an HF ``config.json`` of a public model without its weights. vLLM runs one with
 ``load_format="dummy"`` (random weights) and ``skip_tokenizer_init=True`` (prompts given as token ids);
@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from trcore.errors import ConfigError
+from trserve.paths import SHAPES_DIR
 
-SHAPES_DIR = Path(__file__).resolve().parent / "data" / "shapes"
 #: Architectures :func:`parameter_count` knows: Qwen2 has q/k/v biases, Qwen3 has per-head q/k RMSNorms instead.
 SUPPORTED_MODEL_TYPES = ("qwen2", "qwen3")
 

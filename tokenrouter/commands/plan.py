@@ -14,14 +14,13 @@ from tokenrouter.errors import cli_errors
 from tokenrouter.jobs import RAY_ADDRESS_OPTION, job_runner
 from trcore.errors import ConfigError
 
-R2R_MODELS = "small=DeepSeek-R1-Distill-Qwen-1.5B,large=DeepSeek-R1-Distill-Qwen-32B"
 JSON_OPTION = typer.Option(False, "--json", help="Print one JSON object instead of a table.")
 
 
 @cli_errors
 def latency(
     hardware: str = typer.Option(..., "--hardware", help="Device in trsim/data/hardware.yaml, e.g. a100-80g."),
-    shape: str = typer.Option(..., "--shape", help="Shape config in trsim/data/shapes, e.g. Qwen3-8B."),
+    shape: str = typer.Option(..., "--shape", help="Shape config in models/shapes, e.g. Qwen3-8B."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree."),
     batch: int = typer.Option(1, "--batch", help="Requests in the step."),
     context: int = typer.Option(1024, "--context", help="Tokens already in each request's KV cache."),
@@ -61,9 +60,10 @@ def latency(
 def plan(
     hardware: str = typer.Option("a100-80g", "--hardware", help="Device in trsim/data/hardware.yaml."),
     gpus: int = typer.Option(8, "--gpus", help="GPUs available on the node."),
-    models: str = typer.Option(R2R_MODELS, "--models", help="name=shape per model, small to large (P order)."),
-    P: str = typer.Option(opt.DEFAULT_P, "--P", help="Routing matrix P (rows sum to 1)."),
-    C: str = typer.Option(opt.DEFAULT_C, "--C", help="Committed tokens per request-step and transition (C)."),
+    pair: str = typer.Option(opt.ANALYTIC_PAIR, "--pair", help="Model pair: its shapes and routing statistics."),
+    models: str = typer.Option(None, "--models", help="name=shape per model, small to large [the pair's shapes]."),
+    P: str = typer.Option(None, "--P", help="Routing matrix P (rows sum to 1) [the pair's]."),
+    C: str = typer.Option(None, "--C", help="Committed tokens per request-step and transition (C) [the pair's]."),
     concurrency: str = typer.Option("8,16,32,64", "--concurrency", "-N", help="Closed-loop concurrencies."),
     thresholds: str = typer.Option("1,1;2,1;4,1;1,2", "--thresholds", help="Threshold candidates, ';'-separated."),
     context: int = typer.Option(1024, "--context", help="Context tokens per request for closed-loop steps."),
@@ -85,6 +85,8 @@ def plan(
     highest Poisson rate under a TPOT/TTFT p99 target; roofline step latencies (docs/planning.md)."""
     from trsim.plan import PlanConfig
 
+    models = models or _pair_models(pair)
+    P, C, _ = opt.pair_defaults(pair, P, C, "unused")
     cfg = PlanConfig(
         hardware=hardware,
         num_gpus=_at_least_one(gpus, "--gpus"),
@@ -115,6 +117,16 @@ def plan(
         typer.echo(json.dumps(result))
     else:
         _print_table(result)
+
+
+def _pair_models(name: str) -> str:
+    """``--models`` as pair ``name`` gives them: its models' shape configs."""
+    from trsim.pairs import load_pair
+
+    spec = load_pair(opt.check_pair(name)).spec
+    if any(m.shape is None for m in spec.models):
+        raise ConfigError("--pair", f"{name} has models without shape configs (built here); give --models")
+    return ",".join(f"{m.name}={m.shape}" for m in spec.models)
 
 
 def _parse_models(text: str) -> dict[str, str]:

@@ -56,7 +56,8 @@ def quality(
     out: Path | None = typer.Option(
         None, "--out", help="Output folder (default: docs/quality for every program, else ./quality-<programs>)."
     ),
-    config: Path | None = typer.Option(None, "--config", "-c", help="Serve config (YAML); default: the local pair."),
+    config: Path | None = typer.Option(None, "--config", "-c", help="Serve config (YAML); default: the pair's."),
+    pair: str = typer.Option("local-smollm2", "--pair", help="Model pair measured; its operating points file."),
 ) -> None:
     """Measure answer quality against the large model's share for each routing program."""
     if ctx.invoked_subcommand is not None:
@@ -74,6 +75,9 @@ def quality(
         if name not in PROGRAM_NAMES:
             fail(f"--program: unknown program {name!r}; valid: {', '.join(PROGRAM_NAMES)}")
     _check(target_accuracy, save_operating_point, max_tokens, concurrency, num_questions)
+    from tokenrouter.options import check_pair
+
+    check_pair(pair)
     if from_json is not None:
         if target_accuracy is None:
             fail("--from: needs --target-accuracy (it only picks operating points from existing results)")
@@ -81,7 +85,7 @@ def quality(
     else:
         path = eval_set or EVAL_SET
         questions = load_questions(path)[:num_questions]
-        cfg = _load(config, None, None)
+        cfg = _load(config, None, None, pair=pair)
         swept = sorted(grid_points(programs) + parse_points(points), key=lambda p: (programs.index(p.program)
                        if p.program in programs else len(programs), sorted(p.params.items())))  # fmt: skip
         doc = measure_quality(cfg, questions, swept, max_tokens=max_tokens, concurrency=concurrency,
@@ -91,7 +95,7 @@ def quality(
         written = write_outputs(doc, out or default_out)
         typer.echo("wrote " + ", ".join(str(p) for p in written))
     if target_accuracy is not None:
-        _pick(doc, programs, target_accuracy, save_operating_point, probe_contains)
+        _pick(doc, programs, target_accuracy, save_operating_point, probe_contains, pair)
 
 
 def _check(target: float | None, save: bool, max_tokens: int, concurrency: int, num_questions: int | None) -> None:
@@ -106,9 +110,13 @@ def _check(target: float | None, save: bool, max_tokens: int, concurrency: int, 
         fail(f"--questions: must be >= 1, got {num_questions}")
 
 
-def _pick(doc: dict, programs: list[str], target: float, save: bool, probe: str | None) -> None:  # type: ignore[type-arg]
+def _pick(doc: dict, programs: list[str], target: float, save: bool, probe: str | None, pair: str) -> None:  # type: ignore[type-arg]
+    from trserve.paths import pair_dir
     from trserve.quality.report import cheapest, operating_point
-    from trserve.quality.run import OPERATING_POINTS, save_operating_point
+    from trserve.quality.run import save_operating_point
+    from trsim.pairs import load_pair
+
+    points_file = load_pair(pair).operating_points_path() or pair_dir(pair) / "operating_points.json"
 
     for name in programs:
         row = cheapest(doc["rows"], name, target, probe)
@@ -118,13 +126,14 @@ def _pick(doc: dict, programs: list[str], target: float, save: bool, probe: str 
             continue
         point = operating_point(row, target, doc["command"])
         point["probe_answers"] = row.get("probe_answers", {})
+        point["pair"] = pair
         typer.echo(
             f"{name}: {point['params']} reaches {point['relative_accuracy']:.1%} of large-only's accuracy "
             f"(accuracy {point['accuracy']:.1%}) with {point['large_share']:.1%} of the tokens on the large model"
         )
         if save:
-            save_operating_point(point)
-            typer.echo(f"saved to {OPERATING_POINTS}")
+            save_operating_point(point, points_file)
+            typer.echo(f"saved to {points_file}")
 
 
 def _docs_dir() -> Path:

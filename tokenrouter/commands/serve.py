@@ -6,15 +6,36 @@ from pathlib import Path
 
 import typer
 
+from tokenrouter import options as opt
 from tokenrouter.errors import cli_errors
 
+PAIR_OPTION = typer.Option(
+    None, "--pair", help="Model pair (models/<pair>/): its default config, or the pair of --config [local-smollm2]."
+)
 
-def _load(config: Path | None, host: str | None, port: int | None, ray_address: str | None = None):  # type: ignore[no-untyped-def]
+
+def _load(  # type: ignore[no-untyped-def]
+    config: Path | None, host: str | None, port: int | None, ray_address: str | None = None, pair: str | None = None
+):
+    """The serve config: ``config``, else the default config of ``pair`` (the local pair when None); ``pair``
+    given with a config replaces the config's ``pair:``."""
+    from trcore.errors import ConfigError
     from trserve.config import ServeConfig, load_config
     from trserve.server.defaults import default_config
+    from trsim.pairs import LOCAL_PAIR
 
+    if pair is not None:
+        opt.check_pair(pair)
     say = lambda line: typer.echo(line, err=True)  # noqa: E731  (stderr: --print-config's YAML stays clean)
-    cfg: ServeConfig = load_config(config) if config is not None else default_config(report=say)
+    if config is None:
+        try:
+            cfg: ServeConfig = default_config(report=say, pair=pair or LOCAL_PAIR)
+        except ConfigError as exc:  # what the named pair lacks is a problem of the --pair flag
+            if exc.field != "pair":
+                raise
+            raise ConfigError("--pair", exc.problem) from None
+    else:
+        cfg = load_config(config, pair=pair)
     data = cfg.model_dump()
     overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
     if overrides:
@@ -33,7 +54,8 @@ def _drift_probe(cfg, models):  # type: ignore[no-untyped-def]
 
 @cli_errors
 def serve(
-    config: Path | None = typer.Option(None, "--config", "-c", help="Serve config (YAML); default: the local pair."),
+    config: Path | None = typer.Option(None, "--config", "-c", help="Serve config (YAML); default: the pair's."),
+    pair: str | None = PAIR_OPTION,
     host: str | None = typer.Option(None, help="Bind address (overrides the config; default 127.0.0.1)."),
     port: int | None = typer.Option(None, help="Port (overrides the config; default 8000)."),
     print_config: bool = typer.Option(False, "--print-config", help="Print the resolved config as YAML and exit."),
@@ -51,7 +73,7 @@ def serve(
     from trserve.config import dump_config
     from trserve.server.serve import serve as run_server
 
-    cfg = _load(config, host, port, ray_address)
+    cfg = _load(config, host, port, ray_address, pair)
     if print_config:
         typer.echo(dump_config(cfg), nl=False)
         return
@@ -64,7 +86,8 @@ def serve(
 
 @cli_errors
 def demo(
-    config: Path | None = typer.Option(None, "--config", "-c", help="Serve config (YAML); default: the local pair."),
+    config: Path | None = typer.Option(None, "--config", "-c", help="Serve config (YAML); default: the pair's."),
+    pair: str | None = PAIR_OPTION,
     port: int = typer.Option(0, min=0, max=65535, help="Port for the temporary server (0: any free port)."),
     num_requests: int = typer.Option(16, min=1, help="Requests in the routed workload."),
     concurrency: int = typer.Option(8, min=1, help="Requests in flight at once."),
@@ -74,7 +97,7 @@ def demo(
     from trserve.server.demo import run_demo
     from trserve.server.process import free_port
 
-    cfg = _load(config, "127.0.0.1", port or free_port())
+    cfg = _load(config, "127.0.0.1", port or free_port(), pair=pair)
     status = run_demo(
         cfg,
         config,

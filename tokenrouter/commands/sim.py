@@ -29,9 +29,7 @@ P_HELP = "Routing matrix P (rows sum to 1), JSON or 'a,b;c,d'."
 C_HELP = "Probability the token of each transition is kept (C), JSON or 'a,b;c,d'."
 
 
-def _flag_config(
-    P: str | None, C: str | None, latency_ms: str | None, quantum_ms: float | None, workload: str
-) -> SimConfig:
+def _flag_config(P: str, C: str, latency_ms: str, quantum_ms: float | None, workload: str) -> SimConfig:
     """The system the flags describe, as `tokenrouter throughput` reads them: Markov routing; per model a
     constant latency or a list by batch size - 1 (larger batches use the last entry)."""
     from tokenrouter.commands.analytic import parse_latency_spec
@@ -39,12 +37,12 @@ def _flag_config(
     from trsim.build import markov_config
     from trsim.latency import LatencyModel
 
-    p = opt.parse_matrix(P or opt.DEFAULT_P, "--P")
-    c = opt.parse_matrix(C or opt.DEFAULT_C, "--C")
+    p = opt.parse_matrix(P, "--P")
+    c = opt.parse_matrix(C, "--C")
     num_models = opt.check_same_size([p, c], ["--P", "--C"])
     validate_matrix("--P", p, num_models, stochastic=True)
     validate_keep_matrix(c, num_models, name="--C")  # as `tokenrouter throughput` does
-    entries = parse_latency_spec(latency_ms or opt.DEFAULT_LATENCY_MS, num_models, quantum_ms or 1e-6, as_models=True)
+    entries = parse_latency_spec(latency_ms, num_models, quantum_ms or 1e-6, as_models=True)
     latency: list[LatencyModel] = [_latency_model(e) for e in entries]
     return markov_config(p, c, latency, workload=workload, concurrency=opt.DEFAULT_CONCURRENCY)
 
@@ -74,19 +72,21 @@ def build_config(
     thresholds: str | None,
     quantum_ms: float | None,
     seed: int | None,
+    pair: str | None = None,
 ) -> tuple[SimConfig, Any]:
-    """Config from a scenario file or from flags; flags given next to a scenario override it."""
+    """Config from a scenario file or from flags (defaults: the pair's); flags given next to a scenario override it."""
     from dataclasses import replace
 
     from trsim.workload import preset
 
     if scenario is not None:
-        if any(x is not None for x in (P, C, latency_ms)):
-            raise ConfigError("--scenario", "give either a scenario file or --P/--C/--latency-ms, not both")
+        if any(x is not None for x in (P, C, latency_ms, pair)):
+            raise ConfigError("--scenario", "give either a scenario file or --pair/--P/--C/--latency-ms, not both")
         config, spec = _scenario_config(scenario)
         if workload is not None:
             config = replace(config, workload=preset(workload, concurrency=config.workload.concurrency))
     else:
+        P, C, latency_ms = opt.pair_defaults(pair or opt.ANALYTIC_PAIR, P, C, latency_ms)
         config, spec = _flag_config(P, C, latency_ms, quantum_ms, workload or "endless"), None
     if concurrency is not None:
         opt.check_positive(concurrency, "--concurrency")
@@ -103,11 +103,10 @@ def build_config(
 
 @cli_errors
 def simulate(
-    P: str = typer.Option(None, "--P", help=P_HELP + f" [default: {opt.DEFAULT_P}]"),
-    C: str = typer.Option(None, "--C", help=C_HELP + f" [default: {opt.DEFAULT_C}]"),
-    latency_ms: str = typer.Option(
-        None, "--latency-ms", help=f"Per-model step latency, ms [{opt.DEFAULT_LATENCY_MS}]."
-    ),
+    P: str = typer.Option(None, "--P", help=P_HELP + " [default: the pair's]"),
+    C: str = typer.Option(None, "--C", help=C_HELP + " [default: the pair's]"),
+    latency_ms: str = typer.Option(None, "--latency-ms", help="Per-model step latency, ms [default: the pair's]."),
+    pair: str = typer.Option(None, "--pair", help=opt.PAIR_HELP + f" [{opt.ANALYTIC_PAIR}]"),
     quantum_ms: float = typer.Option(None, "--quantum-ms", help="Round step latencies to this quantum (as the model)."),
     concurrency: int = typer.Option(None, "--concurrency", "-N", help="Concurrent requests (closed loop) [16]."),
     thresholds: str = typer.Option(None, "--thresholds", help="Batching threshold per model, e.g. '4,1' [all 1]."),
@@ -133,7 +132,7 @@ def simulate(
     from trsim.baselines import apply_baseline
     from trsim.driver import Simulation
 
-    config, spec = build_config(scenario, P, C, latency_ms, workload, concurrency, thresholds, quantum_ms, seed)
+    config, spec = build_config(scenario, P, C, latency_ms, workload, concurrency, thresholds, quantum_ms, seed, pair)
     config = apply_kv_flags(config, KVFlags(kv_tokens, kv_blocks, kv_block_size, kv_max_seqs, spill))
     if baseline is not None:
         config = apply_baseline(config, baseline)
@@ -203,11 +202,10 @@ def _print_summary(summary: dict[str, Any], names: tuple[str, ...]) -> None:
 @cli_errors
 def sweep(
     scenario: list[Path] = typer.Option(None, "--scenario", help="Scenario YAML (repeat for several)."),
-    P: str = typer.Option(None, "--P", help=P_HELP + f" [default: {opt.DEFAULT_P}]"),
-    C: str = typer.Option(None, "--C", help=C_HELP + f" [default: {opt.DEFAULT_C}]"),
-    latency_ms: str = typer.Option(
-        None, "--latency-ms", help=f"Per-model step latency, ms [{opt.DEFAULT_LATENCY_MS}]."
-    ),
+    P: str = typer.Option(None, "--P", help=P_HELP + " [default: the pair's]"),
+    C: str = typer.Option(None, "--C", help=C_HELP + " [default: the pair's]"),
+    latency_ms: str = typer.Option(None, "--latency-ms", help="Per-model step latency, ms [default: the pair's]."),
+    pair: str = typer.Option(None, "--pair", help=opt.PAIR_HELP + f" [{opt.ANALYTIC_PAIR}]"),
     quantum_ms: float = typer.Option(None, "--quantum-ms", help="Round step latencies to this quantum (as the model)."),
     workload: str = typer.Option(None, "--workload", help="Workload preset (endless, short-reasoning, ...)."),
     concurrency: str = typer.Option("16", "--concurrency", "-N", help="Concurrencies, e.g. '1,2,4,8'."),
@@ -230,7 +228,7 @@ def sweep(
     concurrencies = opt.parse_ints(concurrency, "--concurrency")
     configs = {}
     for path in scenario or [None]:
-        config, spec = build_config(path, P, C, latency_ms, workload, None, None, quantum_ms, seed)
+        config, spec = build_config(path, P, C, latency_ms, workload, None, None, quantum_ms, seed, pair)
         configs[spec.name if spec is not None else "flags"] = config
     num_models = next(iter(configs.values())).num_models
     points = grid(configs, concurrencies, opt.parse_threshold_grid(thresholds, num_models))
@@ -238,7 +236,7 @@ def sweep(
         task = progress.add_task(f"{len(points)} runs", total=len(points))
         rows = run_sweep(configs, points, tokens, runner=runner, on_done=lambda _row: progress.advance(task))
     if with_model and scenario is None:
-        _add_model(rows, P, C, latency_ms, quantum_ms)
+        _add_model(rows, *opt.pair_defaults(pair or opt.ANALYTIC_PAIR, P, C, latency_ms), quantum_ms)
     out.mkdir(parents=True, exist_ok=True)
     result = {"points": rows, "tokens_per_run": tokens, "runner": runner.describe()}
     (out / "sweep.json").write_text(json.dumps(result, indent=1) + "\n")
@@ -248,19 +246,15 @@ def sweep(
     typer.echo(f"wrote {out / 'sweep.json'} and {out / 'sweep.png'}")
 
 
-def _add_model(
-    rows: list[dict[str, Any]], P: str | None, C: str | None, latency_ms: str | None, quantum_ms: float | None
-) -> None:
+def _add_model(rows: list[dict[str, Any]], P: str, C: str, latency_ms: str, quantum_ms: float | None) -> None:
     """Attach the analytic model's T(B) to each row (``None`` where its chain has no unique answer)."""
     from tokenrouter.commands.analytic import parse_latency_spec
     from trcore.throughput import ThroughputModel
 
-    p = opt.parse_matrix(P or opt.DEFAULT_P, "--P")
-    c = opt.parse_matrix(C or opt.DEFAULT_C, "--C")
+    p = opt.parse_matrix(P, "--P")
+    c = opt.parse_matrix(C, "--C")
     quantum_ms = quantum_ms or 0.1
-    model = ThroughputModel(
-        p, c, parse_latency_spec(latency_ms or opt.DEFAULT_LATENCY_MS, len(p), quantum_ms), quantum_s=quantum_ms / 1000
-    )
+    model = ThroughputModel(p, c, parse_latency_spec(latency_ms, len(p), quantum_ms), quantum_s=quantum_ms / 1000)
     for n in sorted({row["concurrency"] for row in rows}):
         try:  # one exploration solves every feasible vector at this concurrency
             known = {cand.thresholds: cand.throughput_tok_s for cand in model.optimize(n).candidates}

@@ -13,7 +13,7 @@ from trcore.step import StepResult
 class CiterProgram(DetourProgram):
     """Parameters:
 
-    * ``router``: an :class:`MLPRouter`, a path to its ``.npz``, or None for ``trcore/programs/routers/citer.npz``;
+    * ``router``: an :class:`MLPRouter`, a path to its ``.npz`` (required: a config with ``pair:`` fills in its pair's);
     * ``threshold``: router probability above which the large model writes the token (default: the
       operating point stored with the router).
 

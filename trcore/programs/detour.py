@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from pathlib import Path
 
 from trcore.errors import ConfigError
 from trcore.program import RoutingProgram
@@ -14,9 +13,6 @@ from trcore.step import Routing, StepResult
 
 #: Model indices by convention: 0 is the small model (SLM), 1 the large one (LLM).
 SMALL, LARGE = 0, 1
-
-#: Where trained routers are committed (``trcore/programs/routers/``, shipped as package data).
-ROUTERS_DIR = Path(__file__).resolve().parent / "routers"
 
 RouterSpec = MLPRouter | str | os.PathLike[str] | None
 
@@ -27,14 +23,18 @@ def require_pair(program: str, num_models: int) -> None:
         raise ConfigError("num_models", f"{program} routes between 2 models (0 = small, 1 = large), got {num_models}")
 
 
-def resolve_router(router: RouterSpec, default_name: str) -> MLPRouter:
-    """A router object as given, loaded from a path, or (None) the committed ``trcore/programs/routers/<name>.npz``."""
+def resolve_router(router: RouterSpec, program: str) -> MLPRouter:
+    """A router object as given, or loaded from a path. A trained router belongs to one model pair, so there is no
+    default here: the serve config's ``pair:`` supplies its pair's router (``trserve.pairs.fill``)."""
     if isinstance(router, MLPRouter):
         return router
-    path = ROUTERS_DIR / f"{default_name}.npz" if router is None else Path(router)
-    if not path.exists():
-        raise ConfigError("router", f"no router weights at {path}; train them or pass router=PATH")
-    return MLPRouter.load(path)
+    if router is None:
+        raise ConfigError(
+            f"{program}.router", "needs a trained router: router=PATH, or a config with `pair:` whose pair has one"
+        )
+    if not os.path.exists(router):
+        raise ConfigError(f"{program}.router", f"no router weights at {os.fspath(router)}; train them or pass another")
+    return MLPRouter.load(router)
 
 
 def check_threshold(field: str, value: float, low: float = 0.0, high: float = 1.0) -> float:

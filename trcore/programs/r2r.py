@@ -13,7 +13,7 @@ from trcore.step import StepResult
 class R2RProgram(DetourProgram):
     """Parameters:
 
-    * ``router``: an :class:`MLPRouter`, a path to its ``.npz``, or None for ``trcore/programs/routers/r2r.npz``.
+    * ``router``: an :class:`MLPRouter`, a path to its ``.npz`` (required: a config with ``pair:`` fills in its pair's).
       Features: top-k log-probabilities and derived confidence, the sampled token (a learned per-token row),
       and the hidden state when the router was trained on it (then the backend must supply ``hidden``);
     * ``threshold``: divergence probability above which the token goes to the large model (default: the

@@ -1,6 +1,6 @@
 """Throughput at matched quality: each bench row next to the answer quality of what it ran.
 
-A routed row is at a committed operating point (``trserve/data/operating_points.json``, made by ``tokenrouter
+A routed row is at a committed operating point (``models/local-smollm2/operating_points.json``, made by ``tokenrouter
 quality``: the cheapest swept parameters reaching a share of large-only's accuracy on the held-out questions)
 when its router ran exactly that point's parameters on the pair the points were measured on (the default
 config's checkpoints); it then carries the point's measured large-model share and
@@ -20,7 +20,7 @@ from trserve.server.defaults import DEFAULT_CONFIG, OPERATING_POINTS, load_opera
 
 #: Routed systems whose rows enter the matched-quality table.
 ROUTED = ("tokenrouter", "tokenrouter-b1", "tokenrouter-bstar")
-SOURCE = "trserve/data/operating_points.json"
+SOURCE = "models/local-smollm2/operating_points.json"
 
 
 def large_only_accuracy(points: Mapping[str, Any]) -> float | None:

@@ -124,7 +124,7 @@ def write_outputs(
     tables = [markdown_table(runs, routers, ns), speedup_table(runs, routers, ns)]
     md = [f"Command: `{command}`", "", plan.drift.line(), "", *tables]
     if doc["matched_quality"]:
-        md += ["Throughput at matched quality (quality from trserve/data/operating_points.json):", "",
+        md += ["Throughput at matched quality (quality from models/local-smollm2/operating_points.json):", "",
                matched_table(doc["matched_quality"])]  # fmt: skip
     (out_dir / "bench.md").write_text("\n".join(md))
     plot(runs, routers, ns, out_dir / "bench.png")

@@ -23,7 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from trcore.errors import ConfigError
-from trserve.server.defaults import operating_point
+from trserve.server.defaults import operating_point, pair_operating_point
+from trsim.pairs import LOCAL_PAIR
 
 SYSTEMS = (
     "tokenrouter", "tokenrouter-b1", "tokenrouter-bstar", "tokenrouter-readmit", "lockstep", "per-token", "llm-only"
@@ -36,9 +37,9 @@ BENCH_SYSTEMS = (*SYSTEMS, *EXTERNAL)
 SINGLE_MODEL = ("llm-only", "vllm-server")
 #: Systems whose thresholds come from the throughput model's optimizer (``tokenrouter-bstar``: without min gain).
 OPTIMIZED = ("tokenrouter", "tokenrouter-bstar", "tokenrouter-readmit")
-#: Router parameters: rstitch, r2r and citer at their committed operating points (``tokenrouter quality``, the cheapest
-#: swept parameters reaching the target share of large-only's accuracy; share and accuracy in
-#: trserve/data/operating_points.json).
+#: Router parameters on the local pair: rstitch, r2r and citer at its committed operating points (``tokenrouter
+#: quality``, the cheapest swept parameters reaching the target share of large-only's accuracy; share and accuracy
+#: in models/local-smollm2/operating_points.json). A base config of another pair takes that pair's points.
 ROUTER_PARAMS: dict[str, dict[str, Any]] = {
     "rstitch": dict(operating_point("rstitch")["params"]),
     "r2r": dict(operating_point("r2r")["params"]),
@@ -48,6 +49,13 @@ ROUTER_PARAMS: dict[str, dict[str, Any]] = {
     "markov": {},
 }
 ThresholdTable = Mapping[int, Sequence[int]]
+
+
+def _pair_params(base: Mapping[str, Any], router: str) -> dict[str, Any]:
+    pair = base.get("pair") or LOCAL_PAIR
+    if pair == LOCAL_PAIR or router == "markov":
+        return ROUTER_PARAMS[router]
+    return dict(pair_operating_point(pair, router)["params"])
 
 
 def check_names(systems: Sequence[str], routers: Sequence[str]) -> None:
@@ -84,7 +92,7 @@ def system_config(
     models = list(base["models"])
     if router_params is None:  # the base config's own parameters when it routes with this program
         own = base.get("router") or {}
-        router_params = own.get("params", {}) if own.get("program") == router else ROUTER_PARAMS[router]
+        router_params = own.get("params", {}) if own.get("program") == router else _pair_params(base, router)
     params = dict(router_params)
     cfg["router"] = {"program": router, "params": params}
     cfg["mode"], cfg["handoff"] = "routed", "session"

@@ -24,7 +24,7 @@ from trcore.errors import ConfigError
 from trserve.modelprep import build as modelbuild
 from trserve.modelprep import headfit
 from trserve.modelprep import manifest as manifests
-from trserve.paths import PROMPTS_DIR, data_root, prepared_model_dir
+from trserve.paths import PROMPTS_DIR, prepared_model_dir, prepared_models_dir
 
 MODEL_NAMES = ("large", "small")
 #: Layers of the large model kept in the small one. 10 of 30 keeps its vLLM step at or under half the large
@@ -94,8 +94,7 @@ def prepare_pair(
     ``accept_stale`` a complete model from another recipe is kept (action ``stale``).
     """
     mode = _Mode(force, verify, accept_stale)
-    root = data_dir or data_root()
-    models = root / "models"
+    models = prepared_models_dir(data_dir)
     keep = small_layer_indices(small_layers)
     if small_head not in SMALL_HEADS:
         raise ConfigError("small_head", f"unknown head {small_head!r}; valid: {', '.join(SMALL_HEADS)}")

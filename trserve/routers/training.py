@@ -212,9 +212,11 @@ def run_training(
     command: str,
     config: FitConfig,
     threads: int = 1,
+    pair: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole pipeline: data (cached by inputs), both routers, weights + metrics under ``out_dir``; torch uses
-    ``threads`` CPU threads."""
+    ``threads`` CPU threads. ``pair`` (the model pair's name and tokenizer identity) goes into every router's
+    metadata, so a router names the pair it belongs to wherever it is copied (``trsim.pairs.pair_of_router``)."""
     import torch
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -239,6 +241,7 @@ def run_training(
     embedding = small.get_input_embeddings().weight.detach().float().numpy()
     provenance = {
         "command": command,
+        **({"pair": pair} if pair is not None else {}),
         "small_model": {"path": str(small_dir), "weights_sha256": _weights_sha256(small_dir)},
         "large_model": {"path": str(large_dir), "weights_sha256": _weights_sha256(large_dir)},
         "data_cached": data_cached,

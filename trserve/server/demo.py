@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 
 from trserve.config import ServeConfig, dump_config
-from trserve.server.defaults import load_operating_points
 from trserve.server.process import ServerProcess
 from trserve.server.serve import api_key_of
+from trsim.pairs import load_pair
 
 Report = Callable[[str], None]
 
@@ -136,7 +136,7 @@ def operating_point_line(cfg: ServeConfig) -> str:
     """Where the config's router stands on answer quality: its committed operating point (``tokenrouter quality``)
     when the config routes with exactly its parameters."""
     router = cfg.router
-    point = load_operating_points().get(router.program)
+    point = load_pair(cfg.pair).operating_points().get(router.program) if cfg.pair else None
     if point is None or dict(point["params"]) != dict(router.params):
         return f"demo: router {router.program} {dict(router.params)}: no measured operating point (tokenrouter quality)"
     return (

@@ -19,6 +19,7 @@ from trserve.frontend.app import ServerContext, create_app
 from trserve.frontend.book import FrontEnd
 from trserve.frontend.metrics import Metrics
 from trserve.frontend.pinning import Pinning
+from trserve.pairs.check import check_pair
 from trserve.runtime.endpoints import Endpoints
 from trserve.runtime.placement import Placement, merge, place_models, place_processes
 from trserve.runtime.runspec import RunSpec, resolve_model_path
@@ -38,6 +39,7 @@ def resolve(
     """Everything that can fail on bad input, checked before any process starts (``report``: what ``auto``
     thresholds chose; ``probe``: the drift probe they run first, see ``trserve.server.thresholds``)."""
     paths = tuple(_model_path(cfg, i) for i in range(cfg.num_models))
+    check_pair(cfg, paths)  # a router or checkpoints of another pair: refused before anything starts
     thresholds = tuple(resolve_thresholds(cfg, paths, report, probe))
     if cfg.cluster is not None:
         placements = cluster_placements(cfg)

@@ -163,7 +163,7 @@ def test_small_bench_runs_every_system_on_real_engines(tmp_path: Path, prepared_
         elif not source.startswith("calibration profile"):  # lockstep, llm-only without all-cores profiles
             assert run["predicted_model_tok_s"] is None and source.startswith("none"), run
     # The default config routes rstitch at its committed operating point: its rows carry that point's quality.
-    point = json.loads((Path(__file__).resolve().parents[3] / "trserve/data/operating_points.json").read_text())
+    point = json.loads((Path(__file__).resolve().parents[3] / "models/local-smollm2/operating_points.json").read_text())
     routed = [r for r in doc["runs"] if r["system"] == "tokenrouter"]
     assert [r["quality"]["large_share"] for r in routed] == [point["rstitch"]["large_share"]]
     matched = {m["system"]: m for m in doc["matched_quality"]}

@@ -18,7 +18,7 @@ from trserve.bench.vllm_server import vllm_server_args, vllm_server_environment
 from trserve.server.defaults import DEFAULT_CONFIG
 
 ROOT = Path(__file__).resolve().parents[3]
-POINTS = json.loads((ROOT / "trserve/data/operating_points.json").read_text())
+POINTS = json.loads((ROOT / "models/local-smollm2/operating_points.json").read_text())
 
 
 def _cell(system: str, router: str, params: dict | None, tok_s: float, n: int = 8, base: dict = DEFAULT_CONFIG) -> Cell:

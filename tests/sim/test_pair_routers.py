@@ -1,5 +1,5 @@
-"""The committed trained routers (trcore/programs/routers/): loadable by the serving code, servable from vLLM signals,
-and documented by their metrics file (threshold, precision/recall, the command that made them)."""
+"""The local pair's trained routers (models/local-smollm2/routers/): loadable by the serving code, servable from vLLM
+signals, and documented by their training record (threshold, precision/recall, the command that made them)."""
 
 import json
 import math
@@ -8,15 +8,16 @@ import pytest
 
 from tests.factories import make_step
 from trcore import PROGRAMS, check_signals
-from trcore.programs.detour import ROUTERS_DIR
+from trsim.pairs import LOCAL_PAIR, load_pair
 
 VLLM_SIGNALS = {"token_ids", "top_logprobs"}
 
 
 @pytest.mark.parametrize("name", ["r2r", "citer"])
 def test_committed_router_matches_its_metrics_and_serves_from_vllm_signals(name):
-    report = json.loads((ROUTERS_DIR / f"{name}.json").read_text())
-    program = PROGRAMS.create(name, 0, 2)  # default: the committed weights
+    pair = load_pair(LOCAL_PAIR)
+    report = json.loads((pair.folder / pair.spec.routers[name].record).read_text())
+    program = PROGRAMS.create(name, 0, 2, router=str(pair.router_path(name)))
     assert program.threshold == report["threshold"]
     assert report["command"].startswith("tokenrouter train-routers")
     test = report["metrics"]["test"]

@@ -1,0 +1,152 @@
+"""Model pairs by name: ``models/<pair>/pair.yaml`` loaded and checked, and the pair's artifacts (shapes, routers,
+operating points) found from it. Where ``models/`` is lives in :mod:`trserve.paths`; what a ``pair.yaml`` holds
+in :mod:`trsim.pair_schema`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from trcore.errors import ConfigError
+from trserve.paths import SHAPES_DIR, pair_dir, pair_names
+from trsim.pair_identity import DIM_FIELDS
+from trsim.pair_schema import Dims, PairSpec
+from trsim.shapes import load_shape
+
+#: The pair each tool uses when none is named: the local CPU pair (serving) and the paper's (analytic tools).
+LOCAL_PAIR = "local-smollm2"
+PAPER_PAIR = "r2r-qwen-1.5b-32b"
+PAIR_FILE = "pair.yaml"
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One loaded pair: its validated ``pair.yaml`` and the folder its relative paths start from."""
+
+    spec: PairSpec
+    folder: Path
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def dims(self, model: int) -> Dims:
+        """Model ``model``'s dimensions: its recipe's ``dims``, or read from its shape config."""
+        entry = self.spec.models[model]
+        if entry.dims is not None:
+            return entry.dims
+        shape = load_shape(str(entry.shape))
+        return Dims(**{key: shape[key] for key in DIM_FIELDS})
+
+    def router_path(self, program: str) -> Path:
+        """The weights of this pair's ``program`` router; a pair without one is an error naming those it has."""
+        router = self.spec.routers.get(program)
+        if router is None:
+            have = ", ".join(sorted(self.spec.routers)) or "none"
+            raise ConfigError(
+                "router", f"pair {self.name} has no {program} router (its routers: {have}); train one with "
+                f"`tokenrouter train-routers --pair {self.name}` or pass router=PATH",
+            )  # fmt: skip
+        return self.folder / router.weights
+
+    def operating_points_path(self) -> Path | None:
+        """This pair's operating points file (None: the pair has none)."""
+        return None if self.spec.operating_points is None else self.folder / self.spec.operating_points
+
+    def operating_points(self) -> dict[str, Any]:
+        """The operating points, keyed by program (empty when the pair has none)."""
+        path = self.operating_points_path()
+        points: dict[str, Any] = json.loads(path.read_text()) if path is not None and path.is_file() else {}
+        for program, point in points.items():
+            if point.get("pair", self.name) != self.name:
+                raise ConfigError(
+                    "operating_points", f"{path}: the {program} point was measured on pair {point['pair']}, "
+                    f"not {self.name}",
+                )  # fmt: skip
+        return points
+
+
+def describe_pair(pair: Pair) -> dict[str, Any]:
+    """What a pair has, each item with its source (``tokenrouter models list``)."""
+    spec, tok, here = pair.spec, pair.spec.tokenizer, f"models/{pair.name}"
+    points = None
+    if spec.operating_points is not None:
+        points = {"programs": sorted(pair.operating_points()), "source": f"{here}/{spec.operating_points}"}
+    return {
+        "name": pair.name,
+        "description": spec.description,
+        "models": {m.name: m.shape or f"recipe: {(m.recipe or {}).get('kind', 'checkpoint')}" for m in spec.models},
+        "tokenizer": {"name": tok.name, "vocab_size": tok.vocab_size, "sha256": tok.sha256, "source": tok.source},
+        "routers": {name: f"{here}/{r.weights} (record: {here}/{r.record})" for name, r in spec.routers.items()},
+        "operating_points": points,
+        "latencies": [{"hardware": e.hardware, "ms": e.ms, "source": e.source} for e in spec.latencies],
+        "routing": [{"router": r.router, "P": r.P, "source": r.source} for r in spec.routing],
+        "profiles": spec.profiles,
+    }
+
+
+def load_pair(name: str) -> Pair:
+    """Pair ``name``; an unknown name lists the valid ones, a bad ``pair.yaml`` names the file and the field."""
+    folder = pair_dir(name)
+    path = folder / PAIR_FILE
+    if not path.is_file():
+        raise ConfigError("pair", f"unknown pair {name!r}; valid: {', '.join(pair_names())}")
+    return Pair(read_pair_file(path), folder)
+
+
+def read_pair_file(path: Path) -> PairSpec:
+    """A ``pair.yaml`` validated: its name must match its folder, every file it names must exist."""
+    try:
+        data = yaml.safe_load(path.read_text())
+        spec = PairSpec.model_validate(data)
+    except yaml.YAMLError as exc:
+        raise ConfigError(str(path), f"not valid YAML: {' '.join(str(exc).split())}") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first.get("loc", ())) or "pair"
+        raise ConfigError(str(path), f"{field}: {first.get('msg', 'invalid')}") from None
+    if spec.name != path.parent.name:
+        raise ConfigError(str(path), f"name: {spec.name!r} differs from its folder {path.parent.name!r}")
+    _check_files(spec, path)
+    return spec
+
+
+def _check_files(spec: PairSpec, path: Path) -> None:
+    named = {f"routers.{p}.{k}": getattr(r, k) for p, r in spec.routers.items() for k in ("weights", "record")}
+    if spec.operating_points is not None:
+        named["operating_points"] = spec.operating_points
+    for field, rel in named.items():
+        if not (path.parent / rel).is_file():
+            raise ConfigError(str(path), f"{field}: no file {rel!r} in {path.parent}")
+    for i, model in enumerate(spec.models):
+        if model.shape is not None and not (SHAPES_DIR / f"{model.shape}.json").is_file():
+            raise ConfigError(str(path), f"models.{i}.shape: no shape {model.shape!r} in {SHAPES_DIR}")
+
+
+def all_pairs() -> list[Pair]:
+    """Every pair under ``models/``, by name."""
+    return [load_pair(name) for name in pair_names()]
+
+
+def pair_of_router(path: Path) -> str | None:
+    """The pair a router file belongs to: the one its metadata names (``tokenrouter train-routers`` writes it),
+    else the pair whose folder holds it; None when neither tells."""
+    from trcore.programs.mlp import MLPRouter
+
+    named = MLPRouter.load(path).meta.get("pair")
+    if isinstance(named, dict) and named.get("name"):
+        return str(named["name"])
+    resolved = Path(path).resolve()
+    for name in pair_names():
+        if resolved.is_relative_to(pair_dir(name).resolve()):
+            return name
+    return None
+
+
+__all__ = ["LOCAL_PAIR", "PAPER_PAIR", "Pair", "all_pairs", "describe_pair", "load_pair", "pair_of_router"]
