@@ -37,12 +37,16 @@ class EmulatedConfig(StrictSection):
     size from 1 whose last value holds beyond its end) and ``profile`` (a calibration profile JSON: its fit, with
     context and extend terms); ``jitter`` draws each step's time from the profile's measured spread. ``overlap``:
     the subserver sends a step's report while the next step runs, as a GPU engine's asynchronous output processing
-    lets it (false: the report goes before the next step starts, as with a synchronous engine)."""
+    lets it (false: the report goes before the next step starts, as with a synchronous engine). ``kv_tokens``: the
+    engine's KV block pool in tokens (blocks of the model's ``block_size``, at most ``max_num_seqs`` requests
+    holding KV); a step that would overcommit it fails, and the core's KV accounting plans within it. None: no
+    pool (memory is free, as before)."""
 
     latency_ms: float | list[float] | None = None
     profile: str | None = None
     jitter: bool = False
     overlap: bool = True
+    kv_tokens: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _one_source(self) -> EmulatedConfig:

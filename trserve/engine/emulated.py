@@ -9,6 +9,12 @@ spin does cost is counted (:attr:`EmulatedEngine.wait_cpu_s`) so a CPU budget ca
 Latency sources (``models[i].emulated`` in the serve config, :class:`trserve.model_config.EmulatedConfig`): a
 constant, a table by batch size, or a calibration profile's fit with its context and extend terms (optionally with
 jitter drawn from the profile's measured spread).
+
+With ``emulated.kv_tokens`` the engine has a KV block pool (:class:`~trcore.KVLedger` over the model's blocks): each
+resident request holds the blocks of the tokens it was fed, ``release`` frees them, and a step that would need
+more blocks (or sequence slots) than are free raises :class:`EngineStepError` naming the requests that grow, before
+anything runs, so a scheduler that overcommits shows up. Recompute after a spill is an ordinary extend step (the
+whole sequence fed again), priced by the latency model's extend term.
 """
 
 from __future__ import annotations
@@ -19,9 +25,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from trcore.errors import ConfigError
+from trcore.memory import KVBudget, KVLedger
 from trserve.engine.hash import HashEngine
-from trserve.engine.types import StepItem, TokenOut
-from trserve.model_config import EmulatedConfig
+from trserve.engine.types import EngineStepError, StepItem, TokenOut
+from trserve.model_config import EmulatedConfig, ModelConfig
 from trsim.latency import LatencyModel, TableModel
 from trsim.profile import latency_from_profile, load_profile
 
@@ -90,20 +97,49 @@ class EmulatedEngine(HashEngine):
 
     Like a GPU engine it steps without the host (:class:`~trserve.engine.types.OverlappingEngine`): ``start``
     computes the step and returns, ``finish`` waits out its latency; with ``overlaps`` (``emulated.overlap``) the
-    loop uses the wait for the previous step's report."""
+    loop uses the wait for the previous step's report. With ``pool`` (a budget) its KV is a block pool (module
+    docstring); without, memory is free and ``capacity_tokens`` only scales :meth:`kv_usage`."""
 
     def __init__(
-        self, model: int, latency: EmulatedLatency, capacity_tokens: int = 1 << 20, overlaps: bool = True
+        self,
+        model: int,
+        latency: EmulatedLatency,
+        capacity_tokens: int = 1 << 20,
+        overlaps: bool = True,
+        pool: KVBudget | None = None,
     ) -> None:
-        super().__init__(model, step_s=0.0, capacity_tokens=capacity_tokens)
+        super().__init__(model, step_s=0.0, capacity_tokens=pool.capacity_tokens if pool else capacity_tokens)
         self.latency = latency
         self.overlaps = overlaps
+        self.pool = KVLedger(pool) if pool is not None else None
         self.last_emulated_s = 0.0
         self.last_actual_s = 0.0
         self.wait_cpu_s = 0.0
         self.last_wait_cpu_s = 0.0
         self._started = 0.0
         self._outs: list[TokenOut] | None = None
+
+    @classmethod
+    def from_model_config(cls, model: int, cfg: ModelConfig, seed: int = 0) -> EmulatedEngine:
+        """Model ``model``'s engine from its config section (``emulated`` settings, block size, sequence limit)."""
+        if cfg.emulated is None:
+            raise ConfigError(f"models.{model}.emulated", "is required with backend: emulated")
+        latency = EmulatedLatency.from_config(cfg.emulated, seed=seed)
+        return cls(model, latency, overlaps=cfg.emulated.overlap, pool=pool_budget(cfg))
+
+    def kv_budget(self) -> KVBudget | None:
+        """The block pool as the core accounts it (None without a pool: memory is free)."""
+        return self.pool.budget if self.pool is not None else None
+
+    def kv_usage(self) -> float:
+        if self.pool is None:
+            return super().kv_usage()
+        return self.pool.num_used / self.pool.budget.num_blocks
+
+    def release(self, request_id: str) -> None:
+        super().release(request_id)
+        if self.pool is not None:
+            self.pool.free(request_id)
 
     def step(self, items: Sequence[StepItem]) -> list[TokenOut]:
         self.start(items)
@@ -114,11 +150,36 @@ class EmulatedEngine(HashEngine):
         if self._outs is not None:
             raise RuntimeError("start() while a step is running: finish() it first")
         started = time.perf_counter()
+        if self.pool is not None:
+            self._reserve(items)
         extend = sum(max(0, len(item.new_token_ids) - 1) for item in items)
         self._outs = super().step(items)
         context = sum(len(self.kv[item.request_id]) for item in items)
         self.last_emulated_s = self.latency.step_s(len(items), context, extend)
         self._started = started
+
+    def _reserve(self, items: Sequence[StepItem]) -> None:
+        """Take the blocks the step's requests grow into, or raise (nothing reserved) naming those that grow."""
+        pool = self.pool
+        assert pool is not None
+        targets = {item.request_id: len(self.kv.get(item.request_id, ())) + len(item.new_token_ids) for item in items}
+        need = sum(pool.extra_blocks(rid, n) for rid, n in targets.items())
+        new_seqs = sum(1 for rid in targets if not pool.holds(rid))
+        max_seqs = pool.budget.max_seqs
+        if need > pool.num_free or (max_seqs is not None and pool.num_seqs + new_seqs > max_seqs):
+            culprits = {
+                rid: f"needs {pool.extra_blocks(rid, n)} more KV block(s) for {n} tokens"
+                for rid, n in targets.items()
+                if pool.extra_blocks(rid, n)
+            }
+            free, total = pool.num_free, pool.budget.num_blocks
+            raise EngineStepError(
+                f"model {self.model}: the step needs {need} KV blocks and {new_seqs} new sequence(s); {free} of "
+                f"{total} blocks free, {pool.num_seqs} of {max_seqs} sequences held (the scheduler overcommitted)",
+                culprits,
+            )
+        for rid, n in targets.items():
+            pool.reserve(rid, n)
 
     def finish(self) -> list[TokenOut]:
         """Wait until the running step has lasted its latency; its outputs."""
@@ -135,3 +196,11 @@ class EmulatedEngine(HashEngine):
         wait_until(deadline)
         self.last_wait_cpu_s = time.process_time() - cpu
         self.wait_cpu_s += self.last_wait_cpu_s
+
+
+def pool_budget(cfg: ModelConfig) -> KVBudget | None:
+    """The block pool ``emulated.kv_tokens`` gives, in the model's ``block_size`` blocks with at most
+    ``max_num_seqs`` requests holding KV; None without ``kv_tokens``."""
+    if cfg.emulated is None or cfg.emulated.kv_tokens is None:
+        return None
+    return KVBudget.from_tokens(cfg.emulated.kv_tokens, cfg.block_size, cfg.max_num_seqs)
