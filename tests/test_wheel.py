@@ -1,4 +1,5 @@
-"""The package works installed as a wheel, outside the repository: shipped data is found, the offline commands run.
+"""The package works installed as a wheel, outside the repository: shipped data (prompts, models/ with its pairs) is
+found, the offline commands run.
 
 The wheel is built from this checkout and installed without dependencies into a fresh virtual environment; the
 dependencies come from the test's own environment through a ``.pth`` path entry (installing them from an index
@@ -64,13 +65,28 @@ def test_wheel_ships_the_data_and_runs_from_outside_the_repository(installed: Pa
     assert where.returncode == 0, where.stderr
     assert str(ROOT) not in where.stdout and "site-packages" in where.stdout
     data = (
-        "from trserve.paths import PROMPTS_DIR, ROUTERS_DIR, SHAPES_DIR;"
-        "print(sorted(p.name for d in (PROMPTS_DIR, ROUTERS_DIR, SHAPES_DIR) for p in d.iterdir()))"
+        "from trserve.paths import MODELS_DIR, PROMPTS_DIR, SHAPES_DIR; from trsim.pairs import load_pair;"
+        "print(MODELS_DIR); print(load_pair('local-smollm2').router_path('r2r'));"
+        "print(sorted(p.name for d in (PROMPTS_DIR, SHAPES_DIR) for p in d.iterdir()))"
     )
     shipped = run_in(installed, tmp_path, "python", "-c", data)
     assert shipped.returncode == 0, shipped.stderr
-    for name in ("routing.jsonl", "r2r.npz", "citer.npz", "DeepSeek-R1-Distill-Qwen-32B.json"):
-        assert name in shipped.stdout
+    models_dir, router, names = shipped.stdout.splitlines()
+    assert models_dir.endswith("site-packages/trserve/models") and router.startswith(models_dir)
+    for name in ("routing.jsonl", "DeepSeek-R1-Distill-Qwen-32B.json", "Qwen3-8B.json"):
+        assert name in names
+
+
+def test_models_list_runs_from_the_wheel(installed: Path, tmp_path: Path) -> None:
+    result = run_in(installed, tmp_path, "python", "-m", "tokenrouter", "models", "list", "--json")
+    assert result.returncode == 0, result.stderr
+    pairs = {p["name"]: p for p in json.loads(result.stdout)["pairs"]}
+    assert set(pairs) == {"local-smollm2", "r2r-qwen-1.5b-32b", "qwen3-0.6b-8b"}
+    assert sorted(pairs["local-smollm2"]["routers"]) == ["citer", "r2r"]
+    assert pairs["local-smollm2"]["operating_points"]["programs"] == ["citer", "r2r", "rstitch"]
+    config = run_in(installed, tmp_path, "python", "-m", "tokenrouter", "serve", "--pair", "r2r-qwen-1.5b-32b",
+                    "--print-config")  # fmt: skip
+    assert config.returncode == 0 and "latency_ms: 27.9" in config.stdout, config.stderr
 
 
 @pytest.mark.parametrize(
