@@ -20,3 +20,7 @@ class InfeasibleError(ConfigError):
 
 class NotIrreducibleError(RuntimeError):
     """The throughput model's Markov chain has more than one closed class, so no unique stationary law."""
+
+
+class MemoryInfeasibleError(InfeasibleError):
+    """N requests resident on every model they visit need more KV cache than a model holds."""

@@ -10,6 +10,7 @@ from numbers import Integral
 from trcore.errors import ConfigError
 from trcore.policy import check_feasible
 from trcore.throughput.chain import chain_for
+from trcore.throughput.memory import KVDemand, MemoryVerdict, check_memory, memory_check
 from trcore.throughput.results import OptimizeResult, ThroughputResult
 from trcore.throughput.rules import AnyFeasible, FixedThresholds, LaunchRule
 from trcore.throughput.sampled import SamplingConfig, optimize_sampled, sample_one
@@ -37,7 +38,9 @@ class ThroughputModel:
     ``latency_s``: per model a constant in seconds or a list indexed by batch size - 1 (larger batches use the
     last entry); ``quantum_s``: the time grid latencies are rounded to; ``max_batch``: per-model batch caps;
     ``max_states``: explored states allowed before giving up; ``sampling``: how the ``sampled`` method runs
-    (seed, precision). Invalid input raises ``ConfigError`` naming the field.
+    (seed, precision); ``kv``: each model's KV capacity and the workload's mean lengths, so that a concurrency
+    whose requests cannot all stay resident raises ``MemoryInfeasibleError`` naming the model
+    (``trcore.throughput.memory``). Invalid input raises ``ConfigError`` naming the field.
     """
 
     def __init__(
@@ -49,10 +52,19 @@ class ThroughputModel:
         max_batch: Sequence[int] | None = None,
         max_states: int = MAX_STATES,
         sampling: SamplingConfig | None = None,
+        kv: KVDemand | None = None,
     ) -> None:
         self.spec: ChainSpec = build_spec(P, C, latency_s, quantum_s, max_batch)
         self.max_states = max_states
         self.sampling = sampling or SamplingConfig()
+        self.kv = kv
+        self._P = [list(row) for row in P]
+        if kv is not None:
+            memory_check(self._P, kv, 1)  # one capacity per model
+
+    def memory(self, num_requests: int) -> MemoryVerdict | None:
+        """What ``num_requests`` requests need in KV per model and how many fit (None without ``kv``)."""
+        return memory_check(self._P, self.kv, num_requests) if self.kv is not None else None
 
     @property
     def num_models(self) -> int:
@@ -73,6 +85,7 @@ class ThroughputModel:
         if any(isinstance(b, bool) or not isinstance(b, Integral) for b in thresholds):
             raise ConfigError("thresholds", f"must be integers, got {list(thresholds)}")
         check_feasible(thresholds, num_requests)
+        check_memory(self._P, self.kv, int(num_requests))
         num_requests = int(num_requests)
         vector = tuple(int(b) for b in thresholds)
         if method == "sampled":
@@ -114,6 +127,7 @@ class ThroughputModel:
         if not 0.0 <= min_gain < 1.0:
             raise ConfigError("min_gain", f"must be in [0, 1), got {min_gain}")
         check_feasible([1] * self.num_models, num_requests)
+        check_memory(self._P, self.kv, int(num_requests))
         num_requests = int(num_requests)
         caps = self.spec.batch_caps(num_requests)
         vectors = list(feasible_thresholds(caps, num_requests))

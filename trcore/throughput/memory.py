@@ -1,0 +1,99 @@
+"""KV memory in the throughput model: whether N closed-loop requests fit, each resident on every model it visits
+(a parked session keeps its KV while another model writes), and how many fit at most.
+
+A request's footprint over its life is its prompt plus half its output on average (its context grows from the
+prompt to prompt + output), so N requests need ``N x (prompt + output / 2)`` tokens of KV on each model they
+visit. The thresholds do not change it: every active request is resident somewhere whether it waits or runs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from trcore.errors import ConfigError, MemoryInfeasibleError
+
+
+@dataclass(frozen=True)
+class KVDemand:
+    """Each model's KV capacity in tokens (None: unlimited) and the workload's mean prompt and output lengths."""
+
+    capacity_tokens: tuple[int | None, ...]
+    mean_prompt_tokens: float
+    mean_output_tokens: float = 0.0
+
+    def __post_init__(self) -> None:
+        if any(c is not None and c < 0 for c in self.capacity_tokens):
+            raise ConfigError("kv.capacity_tokens", f"must be >= 0, got {list(self.capacity_tokens)}")
+        if self.mean_prompt_tokens < 0 or self.mean_output_tokens < 0 or self.footprint_tokens <= 0:
+            raise ConfigError("kv.mean_lengths", "prompt and output lengths must be >= 0 and not both 0")
+
+    @property
+    def footprint_tokens(self) -> float:
+        """Mean KV one request holds on a model it visits: prompt + output / 2."""
+        return self.mean_prompt_tokens + self.mean_output_tokens / 2
+
+
+@dataclass(frozen=True)
+class MemoryVerdict:
+    """What N requests need on each model (0 where none visits), and the most that fit (None: unlimited), set by
+    ``bound_model``'s capacity."""
+
+    num_requests: int
+    footprint_tokens: float
+    need_tokens: tuple[float, ...]
+    capacity_tokens: tuple[int | None, ...]
+    max_concurrency: int | None
+    bound_model: int | None
+
+    @property
+    def is_feasible(self) -> bool:
+        return self.max_concurrency is None or self.num_requests <= self.max_concurrency
+
+    def describe(self, names: Sequence[str] | None = None) -> str:
+        """One line: which model runs out, and how many requests fit."""
+        m = self.bound_model
+        if m is None:
+            return f"{self.num_requests} requests fit (no model has a KV limit)"
+        name = names[m] if names else f"model {m}"
+        return (
+            f"{self.num_requests} requests of {self.footprint_tokens:.0f} KV tokens each (prompt + output / 2) "
+            f"need {self.need_tokens[m]:.0f} tokens on {name}, which holds {self.capacity_tokens[m]}: "
+            f"at most {self.max_concurrency} fit"
+        )
+
+
+def visited_models(P: Sequence[Sequence[float]], entry: int = 0) -> tuple[int, ...]:
+    """Models a request can reach from ``entry`` along moves of positive probability."""
+    seen, frontier = {entry}, [entry]
+    while frontier:
+        i = frontier.pop()
+        for j, p in enumerate(P[i]):
+            if p > 0 and j not in seen:
+                seen.add(j)
+                frontier.append(j)
+    return tuple(sorted(seen))
+
+
+def memory_check(P: Sequence[Sequence[float]], demand: KVDemand, num_requests: int, entry: int = 0) -> MemoryVerdict:
+    """Whether ``num_requests`` requests fit resident on every model they visit."""
+    if len(demand.capacity_tokens) != len(P):
+        raise ConfigError("kv.capacity_tokens", f"needs one per model ({len(P)}), got {len(demand.capacity_tokens)}")
+    visited = visited_models(P, entry)
+    foot = demand.footprint_tokens
+    need = tuple(num_requests * foot if m in visited else 0.0 for m in range(len(P)))
+    limits = {m: math.floor(c / foot) for m in visited if (c := demand.capacity_tokens[m]) is not None}
+    bound = min(limits, key=lambda m: (limits[m], m)) if limits else None
+    return MemoryVerdict(
+        num_requests, foot, need, demand.capacity_tokens, limits[bound] if bound is not None else None, bound
+    )
+
+
+def check_memory(P: Sequence[Sequence[float]], demand: KVDemand | None, num_requests: int) -> None:
+    """Raise :class:`MemoryInfeasibleError` (field ``kv``) when the requests do not fit."""
+    if demand is None:
+        return
+    verdict = memory_check(P, demand, num_requests)
+    if not verdict.is_feasible:
+        raise MemoryInfeasibleError("kv", verdict.describe())
