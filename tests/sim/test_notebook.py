@@ -1,4 +1,5 @@
-"""notebooks/thresholds.ipynb runs top to bottom (small settings) in a kernel on this very Python."""
+"""notebooks/thresholds.ipynb is committed executed (scripts/run_notebook.py), and re-executing it (small settings,
+in a kernel on this very Python) succeeds with the same cells and the same kinds of output in each."""
 
 import sys
 from pathlib import Path
@@ -10,19 +11,42 @@ ROOT = Path(__file__).parents[2]
 NOTEBOOK = ROOT / "notebooks" / "thresholds.ipynb"
 
 
-def test_notebook_is_committed_without_outputs():
+def output_kinds(cell: nbformat.NotebookNode) -> set[tuple[str, ...]]:
+    """What a code cell shows, by kind: printed streams by name, displays and results by their MIME types."""
+    kinds = set()
+    for out in cell.outputs:
+        if out.output_type == "stream":
+            kinds.add(("stream", out.name))
+        elif out.output_type == "error":
+            kinds.add(("error", out.ename))
+        else:
+            kinds.add((out.output_type, *sorted(out.get("data", {}))))
+    return kinds
+
+
+def test_notebook_is_committed_with_its_outputs_and_plots():
     nb = nbformat.read(NOTEBOOK, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
-    assert code and all(not c.outputs and c.execution_count is None for c in code)
+    assert [c.execution_count for c in code] == list(range(1, len(code) + 1))  # run top to bottom, once
+    assert not any(k[:1] == ("error",) for c in code for k in output_kinds(c))
+    plots = [c for c in code if any("image/png" in k for k in output_kinds(c))]
+    assert len(plots) >= 3
+    assert 'PAIR = os.environ.get("TR_NB_PAIR", "r2r-qwen-1.5b-32b")' in code[0].source  # the pair, by name
 
 
-def test_notebook_executes_with_small_settings(monkeypatch):
+def test_reexecuting_the_notebook_yields_the_same_cells_and_output_kinds(monkeypatch):
     monkeypatch.setenv("TR_NB_CONCURRENCY", "4")
     monkeypatch.setenv("TR_NB_TOKENS", "5000")
     monkeypatch.setenv("TR_NB_JOBS", "1")
+    committed = nbformat.read(NOTEBOOK, as_version=4)
     nb = nbformat.read(NOTEBOOK, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell("import sys; print(sys.executable)"))
     NotebookClient(nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(ROOT)}}).execute()
     assert nb.cells[-1].outputs[0]["text"].strip() == sys.executable  # "python3" resolved to this venv
-    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    fresh = nb.cells[:-1]
+    assert [(c.cell_type, c.source) for c in fresh] == [(c.cell_type, c.source) for c in committed.cells]
+    for old, new in zip(committed.cells, fresh, strict=True):
+        if old.cell_type == "code":
+            assert output_kinds(new) == output_kinds(old), old.source[:60]
+    text = "".join(o.get("text", "") for c in fresh if c.cell_type == "code" for o in c.outputs)
     assert "model B* = " in text and "simulated B* = " in text and "bursty simulation: B* = " in text
