@@ -237,7 +237,7 @@ def _int_list(text: str) -> list[int]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shapes-dir", type=Path, default=REPO / "trsim" / "data" / "shapes")
+    ap.add_argument("--shapes-dir", type=Path, default=REPO / "models" / "shapes")
     ap.add_argument("--out-dir", type=Path, default=REPO / "calibration" / "profiles")
     ap.add_argument("--budget-s", type=float, default=540.0, help="whole run, all models (default 540)")
     ap.add_argument("--models", default="", help="comma-separated shape names (default: all)")

@@ -161,7 +161,8 @@ def test_ray_only_where_allowed() -> None:
 #: Where model-pair data lived before ``models/`` (issue #25); nothing may name them any more.
 OLD_LOCATIONS = ("trsim/data/shapes", "trcore/programs/routers", "trserve/data/operating_points")
 #: Folders whose text files are searched for the old locations (history and generated results excluded).
-SEARCHED = ("trcore", "trsim", "trserve", "tokenrouter", "tests", "scripts", "benchmarks", "configs", "notebooks")
+SEARCHED = ("trcore", "trsim", "trserve", "tokenrouter", "tests", "scripts", "benchmarks", "configs", "notebooks",
+            "calibration")  # fmt: skip
 
 
 def test_models_folder_is_data_found_through_paths() -> None:
