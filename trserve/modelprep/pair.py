@@ -25,12 +25,13 @@ from trserve.modelprep import build as modelbuild
 from trserve.modelprep import headfit
 from trserve.modelprep import manifest as manifests
 from trserve.paths import PROMPTS_DIR, prepared_model_dir, prepared_models_dir
+from trsim.pairs import LOCAL_PAIR, load_pair
 
 MODEL_NAMES = ("large", "small")
-#: Layers of the large model kept in the small one. 10 of 30 keeps its vLLM step at or under half the large
-#: model's on one core at batch 1 and 16 (measured: README "Models").
-DEFAULT_SMALL_LAYERS = 10
-LARGE_NUM_LAYERS = 30
+#: Layers of the large model kept in the small one (the pair's recipe, ``models/local-smollm2/pair.yaml``). 10 of
+#: 30 keeps its vLLM step at or under half the large model's on one core at batch 1 and 16 (docs/models.md).
+DEFAULT_SMALL_LAYERS = int((load_pair(LOCAL_PAIR).spec.models[0].recipe or {})["layers"])
+LARGE_NUM_LAYERS = load_pair(LOCAL_PAIR).dims(1).num_hidden_layers
 #: Text the small model's head is fitted on (large-model answers; made by scripts/small_calibration_text.py).
 CALIBRATION_TEXT = PROMPTS_DIR / "small_calibration_answers.jsonl"
 #: How the small model reads out: ``fitted`` (own head fitted on CALIBRATION_TEXT, the default) or ``tied`` (the
