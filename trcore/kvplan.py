@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from trcore.memory import KVBudget, KVLedger
-from trcore.request import Request, RequestStatus
+from trcore.request import Request
 from trcore.spill import CostSpill, ParkedSession, SpillPolicy
 
 
@@ -62,13 +62,16 @@ class KVMemory:
     def plan(
         self, ready: Sequence[Request], residents: dict[str, Request], model: int, size: int, now: float
     ) -> tuple[list[Request], list[str], list[Request]]:
-        """Choose up to ``size`` of ``ready`` (in order) whose next step fits, reserving their blocks.
+        """Choose up to ``size`` of ``ready`` whose next step fits, reserving their blocks: first the requests that
+        hold KV here (in order), then the others (as vLLM schedules its running queue before its waiting one).
 
         Returns (chosen, request ids whose KV the driver must free before the step, unservable requests)."""
         chosen: list[Request] = []
         evicted: list[str] = []
         unservable: list[Request] = []
-        for req in ready:
+        holders = [r for r in ready if self.ledger.holds(r.spec.request_id)]
+        others = [r for r in ready if not self.ledger.holds(r.spec.request_id)]
+        for req in (*holders, *others):
             if len(chosen) == size:
                 break
             target = self._target_tokens(req)
@@ -107,7 +110,8 @@ class KVMemory:
         rid = req.spec.request_id
         if self.ledger.can_reserve(rid, target):
             return True
-        is_new = not self.ledger.holds(rid) and rid not in self.spilled and req.num_output_tokens == 0
+        holds = self.ledger.holds(rid)
+        is_new = not holds and rid not in self.spilled and req.num_output_tokens == 0
         sessions = [self._session(residents[r], model, now) for r in self._parked if self.ledger.holds(r)]
         victims = self._cover(rid, target, self.policy.order(sessions, model))
         if victims is not None and (
@@ -115,32 +119,33 @@ class KVMemory:
         ):
             self._spill([v.request_id for v in victims], evicted, preempted=False)
             return True
-        if is_new:
-            if rid not in self.stats.waited:
-                self.stats.waited.add(rid)
-                self.stats.num_admission_waits += 1
-            return False
-        if chosen:
-            return False  # the batch already makes progress; this request waits for the next step
-        return self._preempt(req, target, ready, residents, model, now, evicted)
+        if is_new and rid not in self.stats.waited:
+            self.stats.waited.add(rid)
+            self.stats.num_admission_waits += 1
+        if not holds:
+            return False  # it waits for room: only a request under way here may push others out
+        return self._preempt(req, target, ready, chosen, residents, model, now, evicted)
 
     def _preempt(
         self,
         req: Request,
         target: int,
         ready: Sequence[Request],
+        chosen: list[Request],
         residents: dict[str, Request],
         model: int,
         now: float,
         evicted: list[str],
     ) -> bool:
-        """Free parked sessions and waiting requests (newest first) until ``req`` fits; False if nothing will do."""
+        """Free parked sessions and waiting requests not in this step (newest first) until ``req`` fits; False if
+        nothing will do."""
         rid = req.spec.request_id
         parked = [self._session(residents[r], model, now) for r in self._parked if self.ledger.holds(r)]
+        taken = {id(r) for r in chosen}
         waiting = [
             self._session(r, model, now)
             for r in reversed(ready)
-            if r is not req and r.status is RequestStatus.WAITING and self.ledger.holds(r.spec.request_id)
+            if r is not req and id(r) not in taken and self.ledger.holds(r.spec.request_id)
         ]
         victims = self._cover(rid, target, [*self.policy.order(parked, model), *waiting])
         if victims is None:

@@ -136,19 +136,20 @@ def test_new_request_waits_at_admission_when_spilling_costs_more():
 
 def test_running_request_preempts_the_newest_waiting_one_when_nothing_is_parked():
     mem = KVMemory(KVBudget(num_blocks=2, block_size=4), CostSpill())
-    sub = Subserver(ScriptedProgram(0, 1, {}), BatchingPolicy(threshold=1, max_batch=1), memory=mem)
+    sub = Subserver(ScriptedProgram(0, 1, {}), BatchingPolicy(threshold=1, max_batch=2), memory=mem)
     sub.receive(make_arrival("a", prompt=(1, 2, 3), max_tokens=8, num_models=1), 0.0)
     sub.receive(make_arrival("b", prompt=(1, 2, 3), max_tokens=8, num_models=1), 0.0)
-    step(sub, [5], 1.0)  # a: 3 tokens, 1 block
-    step(sub, [6], 2.0)  # b: 1 block; cache full
-    batch, _ = step(sub, [7], 3.0)  # a needs a 2nd block (4 tokens fit in 1? 3+1=4: no new block)
+    batch, _ = step(sub, [5, 6], 1.0)  # 3 tokens each: a block each, the cache is full
+    batch, _ = step(sub, [7, 8], 2.0)  # 4 tokens each: still a block each
     assert batch.evicted == ()
-    batch, _ = step(sub, [8], 4.0)  # b: 4 tokens, still 1 block
-    batch, _ = step(sub, [9], 5.0)  # a: 5 tokens -> 2 blocks: b (waiting) is preempted
+    batch, _ = step(sub, [9], 3.0)  # 5 tokens each need 2 blocks: b, the newer, is preempted; a goes on
     assert batch.request_ids == ["a"] and batch.evicted == ("b",) and mem.stats.num_preempted == 1
+    batch, _ = step(sub, [10], 4.0)  # b holds nothing now and cannot push a out: it waits
+    assert batch.request_ids == ["a"] and batch.evicted == ()
     sub.abort("a")
-    batch, _ = step(sub, [1], 6.0)
+    batch, _ = step(sub, [1], 5.0)
     assert batch.request_ids == ["b"] and batch.num_new_tokens == (5,)  # recomputed from scratch
+    assert mem.stats.num_recomputed_tokens == 4  # what b had consumed before
 
 
 def test_admission_limit_reserves_the_worst_case_and_never_spills():
