@@ -40,6 +40,15 @@ class Metrics:
             registry=reg,
         )
         self.kv_usage = Gauge("tokenrouter_kv_usage", "Fraction of KV cache blocks in use", ["model"], registry=reg)
+        self.kv_blocks = Gauge(
+            "tokenrouter_kv_blocks", "KV blocks by the core's accounting: total, used, parked, free",
+            ["model", "kind"], registry=reg,
+        )  # fmt: skip
+        self.kv_events = Gauge(
+            "tokenrouter_kv_events_total",
+            "Since the subserver started: spilled sessions, preempted requests, recomputed tokens, admission waits",
+            ["model", "event"], registry=reg,
+        )  # fmt: skip
         self.handoffs = Counter(
             "tokenrouter_handoffs", "Requests handed to another model after a step", ["model"], registry=reg
         )
@@ -136,6 +145,8 @@ class Metrics:
         self.queue_length.labels(model).set(report.num_ready)
         self.resident.labels(model).set(report.num_resident)
         self.kv_usage.labels(model).set(report.kv_usage)
+        if report.memory:
+            self.observe_memory(model, report.memory)
         self.handoffs.labels(model).inc(report.num_handoffs)
         if report.handoffs_received:
             self.handoffs_received.labels(model).inc(report.handoffs_received)
@@ -146,6 +157,15 @@ class Metrics:
         self.tokens.labels(model).inc(committed)
         if report.finished:
             self.finished.labels(model).inc(len(report.finished))
+
+    def observe_memory(self, model: str, memory: dict[str, int]) -> None:
+        """The core's KV accounting of one model (:func:`trserve.runtime.reports.memory_fields`)."""
+        used, total = memory["blocks_used"], memory["blocks_total"]
+        for kind, value in (("total", total), ("used", used), ("parked", memory["blocks_parked"]),
+                            ("free", total - used)):  # fmt: skip
+            self.kv_blocks.labels(model, kind).set(value)
+        for event in ("spilled", "preempted", "recomputed_tokens", "admission_waits"):
+            self.kv_events.labels(model, event).set(memory[event])
 
     def observe_emulation(self, model: str, report: StepReport) -> None:
         """An emulated step: the latency it was given, how much longer it took, and its wait's CPU."""

@@ -64,7 +64,8 @@ def next_token_for(server: Served) -> NextToken:
     return _hf_next_token(server.model_dirs)
 
 
-@pytest.fixture(params=["hash", "vllm"], scope="module")
+#: ``vllm_small_kv``: the same references with sessions spilled and requests preempted mid-request.
+@pytest.fixture(params=["hash", "vllm", "vllm_small_kv"], scope="module")
 def server(request: pytest.FixtureRequest) -> Served:
     served: Served = request.getfixturevalue(f"{request.param}_server")
     return served
