@@ -24,7 +24,6 @@ from typing import Any
 import httpx
 import yaml
 
-from trserve.config import dump_config
 from trserve.server.defaults import default_config
 from trserve.server.process import ServerProcess
 
@@ -56,7 +55,7 @@ def kv_state(url: str) -> list[dict[str, Any]]:
 
 
 def run_cell(gib: float, policy: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    data = dump_config(default_config())
+    data = default_config().model_dump(mode="json")
     for model in data["models"]:
         model["kv_cache_gib"] = gib
     data["memory"] = {"policy": policy}
