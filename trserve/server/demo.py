@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from trserve.config import ServeConfig, dump_config
+from trserve.pairs.fill import own_params
 from trserve.server.process import ServerProcess
 from trserve.server.serve import api_key_of
 from trsim.pairs import load_pair
@@ -137,7 +138,7 @@ def operating_point_line(cfg: ServeConfig) -> str:
     when the config routes with exactly its parameters."""
     router = cfg.router
     point = load_pair(cfg.pair).operating_points().get(router.program) if cfg.pair else None
-    if point is None or dict(point["params"]) != dict(router.params):
+    if point is None or dict(point["params"]) != own_params(router.params, cfg.pair):
         return f"demo: router {router.program} {dict(router.params)}: no measured operating point (tokenrouter quality)"
     return (
         f"demo: operating point {router.program} {point['params']}: {point['large_share']:.1%} of tokens on the "
