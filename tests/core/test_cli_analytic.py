@@ -67,6 +67,13 @@ def test_optimize_auto_is_exact_on_a_small_chain():
     assert all(c["num_states"] > 0 for c in out["candidates"])
 
 
+def test_optimize_defaults_to_auto_which_samples_at_production_concurrency():
+    out = json.loads(run("optimize", "--concurrency", "24", "--json").stdout)
+    assert out["method"] == "sampled"
+    forced = json.loads(run("optimize", *SMALL, "--method", "exact", "--json").stdout)
+    assert forced["method"] == "exact"
+
+
 def test_unknown_method_names_the_option():
     result = run("optimize", *SMALL, "--method", "fast")
     assert result.exit_code == 2

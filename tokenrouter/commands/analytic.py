@@ -57,6 +57,12 @@ METHOD_OPTION = typer.Option(
     "--method",
     help="exact (the Markov chain), sampled (Monte Carlo of the same process, for large N) or auto.",
 )
+#: ``optimize`` answers at production concurrency by default: exact while the chain is cheap, sampled beyond.
+OPTIMIZE_METHOD_OPTION = typer.Option(
+    "auto",
+    "--method",
+    help="auto (exact while the chain is cheap, else sampled), exact (the Markov chain) or sampled.",
+)
 SEED_OPTION = typer.Option(0, "--seed", help="Seed of the sampled method (same seed, same numbers).")
 
 
@@ -97,7 +103,7 @@ def optimize(
     max_batch: str | None = MAX_BATCH_OPTION,
     workers: str = typer.Option("1", "--workers", help="Processes solving candidates in parallel."),
     min_gain: float = typer.Option(0.0, "--min-gain", help="Prefer thresholds of 1 unless the best gains more."),
-    method: str = METHOD_OPTION,
+    method: str = OPTIMIZE_METHOD_OPTION,
     seed: int = SEED_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
