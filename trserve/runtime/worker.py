@@ -18,12 +18,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from trcore import PROGRAMS, KVMemory, RoutingProgram, Subserver, check_signals, spill_policy
+from trcore import PROGRAMS, RoutingProgram, Subserver, check_signals
 from trserve.engine.emulated import EmulatedEngine, EmulatedLatency
 from trserve.engine.hash import HashEngine
 from trserve.engine.step_engine import StepEngine
 from trserve.engine.types import Engine, EngineConfig
 from trserve.runtime.loop import SubserverLoop
+from trserve.runtime.memory_setup import build_memory
 from trserve.runtime.messages import Ready
 from trserve.runtime.runspec import RunSpec
 from trserve.runtime.transport import FRONTEND
@@ -88,17 +89,6 @@ def start_engine(spec: RunSpec, model: int, **overrides: Any) -> Engine:
     return StepEngine(engine_config(spec, model, **overrides))
 
 
-def build_memory(spec: RunSpec, engine: Engine) -> KVMemory | None:
-    """The core's KV accounting for ``engine`` under the config's ``memory.policy`` (None when the policy is
-    ``off`` or the engine has no block budget, as the hash stand-in)."""
-    policy = spec.config.memory.policy
-    budget_of = getattr(engine, "kv_budget", None)
-    if policy == "off" or budget_of is None:
-        return None
-    budget = budget_of()
-    return None if budget is None else KVMemory(budget, spill_policy(policy))
-
-
 def emulated_latency(spec: RunSpec, model: int) -> EmulatedLatency:
     """Model ``model``'s emulated step latency (``backend: emulated``), seeded per model for its jitter."""
     emulated = spec.config.models[model].emulated
@@ -133,7 +123,7 @@ def run(
     try:
         check_signals(program, engine.available_signals)
         mailbox = spec.endpoints.mailbox(proc)
-        sub = Subserver(program, spec.policy(model), memory=build_memory(spec, engine))
+        sub = Subserver(program, spec.policy(model), memory=build_memory(spec, model, engine))
         loop = loop_cls(sub, engine, mailbox, table=table, replica=replica)
         signals = tuple(sorted(engine.available_signals))
         capacity = sub.memory.ledger.budget.capacity_tokens if sub.memory is not None else 0

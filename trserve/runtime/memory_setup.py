@@ -1,0 +1,58 @@
+"""A subserver's KV accounting: the engine's block budget, the config's spill policy, and the step costs and
+routing statistics the ``cost`` policy prices spills with.
+
+The step costs come from the latency model the run already has for the model: the emulated engine's own, or this
+machine's calibration profile (``calibration/profiles/<hardware-tag>/<model>.json``) for vLLM; without one, the
+policy's relative defaults (:class:`trcore.StepCost`)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from trcore import KVMemory, StepCost, spill_policy
+from trcore.errors import ConfigError
+from trserve.engine.emulated import EmulatedEngine
+from trserve.engine.types import Engine
+from trserve.hardware import hardware_tag
+from trserve.paths import calibration_dir
+from trserve.runtime.runspec import RunSpec
+from trsim.kv import routing_matrix, step_cost
+from trsim.profile import latency_from_profile, load_profile
+
+log = logging.getLogger(__name__)
+
+
+def build_memory(spec: RunSpec, model: int, engine: Engine) -> KVMemory | None:
+    """The core's KV accounting for ``engine`` under the config's ``memory.policy`` (None when the policy is
+    ``off`` or the engine has no block budget, as the hash stand-in)."""
+    policy = spec.config.memory.policy
+    budget_of = getattr(engine, "kv_budget", None)
+    if policy == "off" or budget_of is None:
+        return None
+    budget = budget_of()
+    if budget is None:
+        return None
+    cost = step_cost_of(spec, model, engine)
+    log.info("model %d: KV %s, policy %s, step cost %s", model, budget, policy, cost)
+    return KVMemory(budget, spill_policy(policy, cost, routing_matrix(spec.config.router)))
+
+
+def step_cost_of(spec: RunSpec, model: int, engine: Engine) -> StepCost:
+    """The linear step model the ``cost`` policy uses for ``model`` (see the module docstring)."""
+    if isinstance(engine, EmulatedEngine):
+        return step_cost(engine.latency.model)
+    profile = _machine_profile(spec, model)
+    return StepCost() if profile is None else step_cost(latency_from_profile(profile))
+
+
+def _machine_profile(spec: RunSpec, model: int) -> Any:
+    try:
+        path = calibration_dir("profiles", hardware_tag(), f"{spec.config.models[model].name}.json")
+    except ConfigError:
+        return None
+    try:
+        return load_profile(path) if path.is_file() else None
+    except (OSError, ValueError) as exc:
+        log.warning("model %d: ignoring unreadable profile %s for spill costs: %s", model, path, exc)
+        return None
