@@ -20,6 +20,8 @@ from trserve.bench.vllm_server import VllmServer, group_members
 from trserve.entrypoints import worker_command
 from trserve.server.defaults import DEFAULT_CONFIG
 
+pytestmark = pytest.mark.serve  # vLLM's own server on the prepared large model
+
 
 @pytest.fixture(scope="module")
 def vllm_openai(prepared_pair: tuple[Path, Path]) -> Iterator[VllmServer]:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import httpx
 import pytest
 
 from tests.serve.server_fixtures import MODEL, Served, server_config, start_served, wait_idle
@@ -63,11 +64,22 @@ class Run:
     streams: list[Streamed]
     plain: list[tuple[int, list[int] | None]]  # status, output token ids
     late_status: int | None = None
+    #: Per stream: whether it had ended ("[DONE]") before the kill.
+    done_at_kill: list[bool] = field(default_factory=list)
 
 
-async def streams(server: Served, kill_pid: int | None = None) -> Run:
-    """Run the streams and the plain requests; with ``kill_pid``, SIGKILL it once every stream has a few chunks,
-    then send one more request while the model restarts."""
+async def marked_down(client: httpx.AsyncClient, model: int, timeout_s: float = 60.0) -> None:
+    """Wait for the launcher's own signal: ``/health`` lists ``model`` as down (set when it saw the process die,
+    before any restart)."""
+    deadline = time.monotonic() + timeout_s
+    while str(model) not in (await client.get("/health")).json()["down"]:
+        assert time.monotonic() < deadline, f"model {model} was never marked down"
+        await asyncio.sleep(0.005)
+
+
+async def streams(server: Served, kill: tuple[int, int] | None = None) -> Run:
+    """Run the streams and the plain requests; with ``kill`` (pid, model), SIGKILL the pid once every stream has a
+    few chunks, wait until the server marks the model down, then send one more request."""
     results = [Streamed() for _ in range(NUM_STREAMS)]
     async with server.async_client(timeout=900.0) as client:
 
@@ -85,18 +97,19 @@ async def streams(server: Served, kill_pid: int | None = None) -> Run:
 
         tasks = [asyncio.ensure_future(one(i)) for i in range(NUM_STREAMS)]
         plains = [asyncio.ensure_future(plain(NUM_STREAMS + i)) for i in range(NUM_PLAIN)]
-        late_status = None
-        if kill_pid is not None:
+        late_status, done_at_kill = None, []
+        if kill is not None:
             deadline = time.monotonic() + 300
             while min(len(r.lines) for r in results) < 4:
                 assert time.monotonic() < deadline, "the streams did not start"
                 await asyncio.sleep(0.01)
-            os.kill(kill_pid, signal.SIGKILL)
-            await asyncio.sleep(0.5)  # the launcher notices within 0.2 s
+            done_at_kill = [r.lines[-1] == "data: [DONE]" for r in results]
+            os.kill(kill[0], signal.SIGKILL)
+            await marked_down(client, kill[1])
             late = await client.post("/v1/completions", json=body(server, 99, stream=False, max_tokens=4))
             late_status = late.status_code
         await asyncio.gather(*tasks)
-        return Run(results, list(await asyncio.gather(*plains)), late_status)
+        return Run(results, list(await asyncio.gather(*plains)), late_status, done_at_kill)
 
 
 @pytest.fixture(params=["hash", "tcp_hash", "unix_hash", "vllm"], scope="module")
@@ -126,7 +139,7 @@ def test_killed_model_costs_latency_not_requests(server: Served, uninterrupted: 
     wait_healthy(server)
     before = server.state()
     pid = next(w["pid"] for w in before["workers"] if w["model"] == victim)
-    run = asyncio.run(streams(server, kill_pid=pid))
+    run = asyncio.run(streams(server, kill=(pid, victim)))
     for got, want in zip(run.streams, uninterrupted.streams, strict=True):
         assert got.status == 200 and not got.errors, got.lines[-3:]
         assert got.lines[-1] == "data: [DONE]"
@@ -166,13 +179,21 @@ def no_restart_server(tmp_path_factory: pytest.TempPathFactory, hash_server: Ser
 def test_without_a_restart_in_flight_requests_fail_with_503(no_restart_server: Served):
     server = no_restart_server
     pid = next(w["pid"] for w in server.state()["workers"] if w["model"] == 1)
-    run = asyncio.run(streams(server, kill_pid=pid))
-    assert run.late_status == 503
-    for got in run.streams:
+    run = asyncio.run(streams(server, kill=(pid, 1)))
+    assert run.late_status == 503  # sent after the server marked the model down, with no restart to wait for
+    full = MAX_TOKENS[server.backend]
+    # Each request ended one of two ways: whole (every token, no error), or failed once with the 503 of a model
+    # that will not restart and short of its length. One that had ended before the kill is whole.
+    for got, done in zip(run.streams, run.done_at_kill, strict=True):
         assert got.status == 200 and got.lines[-1] == "data: [DONE]"
+        usage = [c["usage"]["completion_tokens"] for c in got.chunks if c.get("usage")]
         if got.errors:
+            assert not done and len(got.errors) == 1 and usage != [full], got.lines[-3:]
             assert got.errors[0]["error"]["code"] == 503 and "restarts disabled" in got.errors[0]["error"]["message"]
-    assert sum(1 for r in run.streams if r.errors) >= NUM_STREAMS // 2
-    assert {status for status, _ in run.plain} <= {200, 503}
+        else:
+            assert usage == [full], got.lines[-3:]
+    assert any(r.errors for r in run.streams)  # the kill came while streams were running (4+ chunks of 200)
+    for status, token_ids in run.plain:
+        assert status == 503 or (status == 200 and token_ids is not None and len(token_ids) == full)
     with server.client() as client:
         assert client.get("/health").status_code == 503
