@@ -71,6 +71,7 @@ class Subserver:
         self._ready: deque[Request] = deque()
         self.memory = memory
         self._unservable: list[Request] = []
+        self._is_memory_bound = False  # the last launch found ready requests but no memory for any of them
 
     @property
     def num_ready(self) -> int:
@@ -82,6 +83,7 @@ class Subserver:
 
     def receive(self, peer_req: PeerReq, now: float) -> None:
         """A request arrives from the client or a peer; a finished one is released."""
+        self._is_memory_bound = False
         if peer_req.is_finished:
             self.abort(peer_req.request_id)
             return
@@ -132,6 +134,7 @@ class Subserver:
         if not chosen:
             if evicted:
                 raise ProtocolError(f"model {model}: memory freed {evicted} but launched nothing")
+            self._is_memory_bound = bool(self._ready)  # only a message (a release, a return) can change that
             return None
         picked = {id(r) for r in chosen}
         self._ready = deque(r for r in self._ready if id(r) not in picked)
@@ -225,6 +228,7 @@ class Subserver:
 
     def abort(self, request_id: str) -> bool:
         """Forget a request (client gone or finished elsewhere); True if it was resident here."""
+        self._is_memory_bound = False
         req = self.requests.pop(request_id, None)
         if req is None:
             return False
@@ -237,7 +241,8 @@ class Subserver:
         return True
 
     def next_deadline(self) -> float | None:
-        """When the waiting queue will launch by max wait (drivers wake up then), or None."""
-        if self.running is not None or not self._ready:
+        """When the waiting queue will launch by max wait (drivers wake up then), or None (also while it waits for
+        memory: only a message can free some)."""
+        if self.running is not None or not self._ready or self._is_memory_bound:
             return None
         return self.policy.deadline(self._ready[0].ready_since)

@@ -212,3 +212,24 @@ def test_a_tight_run_does_spill_and_preempt():
     assert tight == roomy
     stats = [m.stats for m in memories]
     assert sum(s.num_spilled for s in stats) > 0 and sum(s.num_recomputed_tokens for s in stats) > 0
+
+
+def test_a_queue_waiting_for_memory_sets_no_deadline_until_a_message_arrives():
+    """Drivers sleep until next_deadline(); a queue that waits for memory must not make them spin on a deadline
+    that has passed: only a message (a release, a return) can free blocks."""
+    from trcore import PeerReq
+
+    mem = KVMemory(KVBudget(num_blocks=2, block_size=4), AdmissionLimit())
+    program = ScriptedProgram(0, 2, {"a": [(1, True)]})
+    sub = Subserver(program, BatchingPolicy(threshold=2, max_wait_s=0.5), memory=mem)
+    sub.receive(make_arrival("a", prompt=(1, 2, 3), max_tokens=4), 0.0)  # worst case 7 tokens: both blocks
+    batch = sub.launch(0.5)
+    sub.complete(batch, make_step([9], batch.request_ids), 0.6)  # a parks here while model 1 continues it
+    sub.receive(make_arrival("b", prompt=(1, 2, 3), max_tokens=4), 1.0)
+    assert sub.next_deadline() == 1.5
+    assert sub.launch(1.5) is None  # b waits at admission: a holds its worst case
+    assert sub.next_deadline() is None
+    sub.receive(PeerReq("a", 0, (), (4, 5), 1, is_finished=True), 2.0)  # a finished on model 1
+    assert sub.next_deadline() == 1.5
+    batch = sub.launch(2.0)
+    assert batch is not None and batch.request_ids == ["b"]
