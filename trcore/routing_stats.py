@@ -156,15 +156,29 @@ def estimate_routing_stats(
                 dest = entry_model
             counts[model][dest] += 1
             kept[model][dest] += is_kept
-    runs = _run_lengths(step_lists, size)
+    return stats_from_counts(counts, kept, len(step_lists), _run_lengths(step_lists, size))
+
+
+def stats_from_counts(
+    counts: Sequence[Sequence[int]],
+    kept: Sequence[Sequence[int]],
+    num_requests: int = 0,
+    run_lengths: Sequence[RunLengths] | None = None,
+) -> RoutingStats:
+    """The estimates from counts already tallied: ``counts[i][j]`` steps on ``i`` that went on to ``j``,
+    ``kept[i][j]`` of them committed their token (a live window of step reports, where no per-request trace
+    is kept; ``run_lengths`` then default to empty)."""
+    size = len(counts)
+    if size == 0 or any(len(row) != size for row in counts) or [len(r) for r in kept] != [size] * size:
+        raise ConfigError("counts", f"transition and kept counts must both be square, one row per model ({size})")
     return RoutingStats(
         num_models=size,
-        num_requests=len(step_lists),
-        transition_counts=tuple(tuple(row) for row in counts),
-        kept_counts=tuple(tuple(row) for row in kept),
+        num_requests=num_requests,
+        transition_counts=tuple(tuple(int(n) for n in row) for row in counts),
+        kept_counts=tuple(tuple(int(k) for k in row) for row in kept),
         P=tuple(_p_row(i, counts[i]) for i in range(size)),
         C=tuple(tuple(k / n if n else 1.0 for k, n in zip(kept[i], counts[i], strict=True)) for i in range(size)),
-        run_lengths=runs,
+        run_lengths=tuple(run_lengths) if run_lengths is not None else tuple(RunLengths({}, {}) for _ in range(size)),
         unvisited=tuple(i for i in range(size) if not any(counts[i])),
     )
 

@@ -1,0 +1,201 @@
+"""The adaptive controller's window on live traffic: observations tallied per span (routing decisions, step
+times by batch size, the active count) and what a sliding window of them estimates (P, C, concurrency, one
+step-time table per model).
+
+Drivers feed an :class:`ObservationBuilder` from their own events (the simulator from its steps, the server
+from step reports) and hand each span's :class:`Observation` to the controller; no clock is read here.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from trcore.errors import ConfigError
+from trcore.routing_stats import RoutingStats, stats_from_counts
+
+#: Per model: batch size -> (number of steps, their total seconds).
+StepTally = Mapping[int, tuple[int, float]]
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What happened from ``start_s`` to ``end_s``: ``transitions[i][j]`` request-steps on model ``i`` that
+    went on to ``j`` (a finished request counts as going to the entry model, which a closed loop refills),
+    ``kept[i][j]`` of them committed their token; ``active_s`` the integral of the active count over the span
+    (requests x seconds); ``steps`` per model the steps by batch size."""
+
+    start_s: float
+    end_s: float
+    transitions: tuple[tuple[int, ...], ...]
+    kept: tuple[tuple[int, ...], ...]
+    active_s: float
+    steps: tuple[StepTally, ...]
+
+
+class ObservationBuilder:
+    """Tallies one span of observations; :meth:`flush` closes it and starts the next."""
+
+    def __init__(self, num_models: int, start_s: float, num_active: int = 0) -> None:
+        self.num_models = num_models
+        self._active = num_active
+        self._reset(start_s)
+
+    def _reset(self, start_s: float) -> None:
+        m = self.num_models
+        self._start = self._since = start_s
+        self._active_s = 0.0
+        self._transitions = [[0] * m for _ in range(m)]
+        self._kept = [[0] * m for _ in range(m)]
+        self._steps: list[dict[int, list[float]]] = [{} for _ in range(m)]
+
+    def record_step(self, model: int, batch_size: int, step_s: float) -> None:
+        """Model ``model`` ran a step of ``batch_size`` requests that took ``step_s`` seconds."""
+        tally = self._steps[model].setdefault(batch_size, [0, 0.0])
+        tally[0] += 1
+        tally[1] += step_s
+
+    def record_route(self, model: int, destination: int, kept: bool) -> None:
+        """After a step on ``model`` a request went on to ``destination`` (its token kept or not)."""
+        self._transitions[model][destination] += 1
+        self._kept[model][destination] += kept
+
+    def set_active(self, num_active: int, now: float) -> None:
+        """The active count became ``num_active`` at ``now``."""
+        self._active_s += self._active * max(now - self._since, 0.0)
+        self._active, self._since = num_active, now
+
+    def flush(self, now: float) -> Observation:
+        """The span up to ``now``, as one observation."""
+        self.set_active(self._active, now)
+        obs = Observation(
+            self._start,
+            now,
+            tuple(tuple(row) for row in self._transitions),
+            tuple(tuple(row) for row in self._kept),
+            self._active_s,
+            tuple({b: (int(n), t) for b, (n, t) in steps.items()} for steps in self._steps),
+        )
+        self._reset(now)
+        return obs
+
+
+@dataclass(frozen=True)
+class WindowEstimate:
+    """What the window says: routing (``routing.P``, ``routing.C``; ``P`` is ``routing.P`` with an unvisited
+    model's row sent to model 0), the concurrency seen (time-weighted mean active count, rounded), per model a
+    step-time table by batch size - 1 and its scale against the base latency (None without one: the table is
+    then fitted to the measured steps), and the window's span."""
+
+    routing: RoutingStats
+    P: tuple[tuple[float, ...], ...]
+    concurrency: int
+    latency_s: tuple[tuple[float, ...], ...]
+    scale: tuple[float | None, ...]
+    num_steps: tuple[int, ...]
+    span_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary (tables cut to the batch sizes up to the concurrency)."""
+        return {
+            "P": [list(row) for row in self.P],
+            "C": [list(row) for row in self.routing.C],
+            "concurrency": self.concurrency,
+            "scale": list(self.scale),
+            "latency_ms": [[round(x * 1000, 4) for x in row[: self.concurrency]] for row in self.latency_s],
+            "num_steps": list(self.num_steps),
+            "num_request_steps": self.routing.num_steps,
+            "span_s": self.span_s,
+        }
+
+
+class ObservationWindow:
+    """The observations that overlap the last ``window_s`` seconds."""
+
+    def __init__(self, num_models: int, window_s: float) -> None:
+        if not window_s > 0:
+            raise ConfigError("window_s", f"must be > 0, got {window_s}")
+        self.num_models, self.window_s = num_models, window_s
+        self.observations: deque[Observation] = deque()
+
+    def add(self, obs: Observation) -> None:
+        self.observations.append(obs)
+        # Keep every span that overlaps the last window_s seconds (the newest always).
+        while len(self.observations) > 1 and self.observations[0].end_s <= obs.end_s - self.window_s + 1e-9:
+            self.observations.popleft()
+
+    @property
+    def span_s(self) -> float:
+        obs = self.observations
+        return obs[-1].end_s - obs[0].start_s if obs else 0.0
+
+    def estimate(self, caps: Sequence[int], base_latency_s: Sequence[Sequence[float]] | None) -> WindowEstimate | None:
+        """The window's estimates, tables of ``caps[i]`` entries; None while some model has no step to learn
+        its step time from and no base latency to fall back on, or the window saw no time pass."""
+        m, span = self.num_models, self.span_s
+        if span <= 0:
+            return None
+        counts = [[sum(o.transitions[i][j] for o in self.observations) for j in range(m)] for i in range(m)]
+        kept = [[sum(o.kept[i][j] for o in self.observations) for j in range(m)] for i in range(m)]
+        routing = stats_from_counts(counts, kept)
+        tallies = [_merge(o.steps[i] for o in self.observations) for i in range(m)]
+        tables, scales = [], []
+        for i in range(m):
+            base = base_latency_s[i] if base_latency_s is not None else None
+            fitted = _table(tallies[i], base, caps[i])
+            if fitted is None:
+                return None
+            tables.append(fitted[0])
+            scales.append(fitted[1])
+        concurrency = max(1, round(sum(o.active_s for o in self.observations) / span))
+        num_steps = tuple(sum(n for n, _ in t.values()) for t in tallies)
+        P = tuple(row if i not in routing.unvisited else _to_entry(m) for i, row in enumerate(routing.P))
+        return WindowEstimate(routing, P, concurrency, tuple(tables), tuple(scales), num_steps, span)
+
+
+def _to_entry(m: int) -> tuple[float, ...]:
+    # A model nobody visited gets a row back to model 0 rather than a self-loop: a transient state, so the
+    # chain keeps one closed class.
+    return tuple(1.0 if j == 0 else 0.0 for j in range(m))
+
+
+def _merge(tallies: Any) -> dict[int, tuple[int, float]]:
+    merged: dict[int, tuple[int, float]] = {}
+    for tally in tallies:
+        for b, (n, t) in tally.items():
+            n0, t0 = merged.get(b, (0, 0.0))
+            merged[b] = (n0 + n, t0 + t)
+    return merged
+
+
+def base_at(base: Sequence[float], batch_size: int) -> float:
+    """A base table's latency at ``batch_size`` (entries by batch size - 1; larger batches use the last)."""
+    return base[min(batch_size, len(base)) - 1]
+
+
+def _table(
+    tally: Mapping[int, tuple[int, float]], base: Sequence[float] | None, cap: int
+) -> tuple[tuple[float, ...], float | None] | None:
+    """A model's step-time table: the base scaled by measured / predicted, else a line fitted to the steps."""
+    steps = sum(n for n, _ in tally.values())
+    if base is not None:
+        predicted = sum(n * base_at(base, b) for b, (n, _) in tally.items())
+        scale = sum(t for _, t in tally.values()) / predicted if steps and predicted > 0 else 1.0
+        return tuple(base_at(base, b) * scale for b in range(1, cap + 1)), scale
+    if not steps:
+        return None
+    return _fitted_line(tally, cap), None
+
+
+def _fitted_line(tally: Mapping[int, tuple[int, float]], cap: int) -> tuple[float, ...]:
+    """Weighted least squares of step time on batch size; a step never gets faster with a larger batch."""
+    n = sum(c for c, _ in tally.values())
+    mean_b = sum(b * c for b, (c, _) in tally.items()) / n
+    mean_t = sum(t for _, t in tally.values()) / n
+    var = sum(c * (b - mean_b) ** 2 for b, (c, _) in tally.items())
+    cov = sum((b - mean_b) * (t - c * mean_t) for b, (c, t) in tally.items())
+    slope = max(cov / var, 0.0) if var > 0 else 0.0
+    floor = min(t / c for c, t in tally.values())
+    return tuple(max(mean_t + slope * (b - mean_b), floor) for b in range(1, cap + 1))
