@@ -77,6 +77,14 @@ def kv_capacity_tokens(placement: Placement, models: list[RooflineModel]) -> int
     return max(int(free // sum(m.kv_bytes_per_token() for m in models)), 0)
 
 
+def kv_capacities(placement: Placement, models: list[RooflineModel]) -> tuple[int, ...]:
+    """Per model, the KV tokens one pipeline's copy holds: its own GPUs' room beside its weights, or when
+    co-located the shared figure of :func:`kv_capacity_tokens` (each request holds KV on every model there)."""
+    if not placement.colocated:
+        return tuple(max_batch_tokens(m, MEMORY_FRACTION) for m in models)
+    return (kv_capacity_tokens(placement, models),) * len(models)
+
+
 def placements(num_gpus: int, num_models: int, colocation: bool = True) -> Iterator[Placement]:
     """Every placement on at most ``num_gpus`` GPUs: separate (a tp per model) and, with ``colocation``,
     co-located (one tp for all), each with 1 .. as many replicas as fit."""

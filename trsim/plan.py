@@ -10,7 +10,6 @@ pipelines each carry N/r requests (closed) or 1/r of the arrivals (open).
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
@@ -23,7 +22,8 @@ from trsim.driver import simulate
 from trsim.hardware import load_hardware
 from trsim.lengths import constant
 from trsim.parallel import JobRunner, LocalRunner, run_jobs
-from trsim.placement import Placement, kv_capacity_tokens, latency_models, placements
+from trsim.placement import Placement, kv_capacities, kv_capacity_tokens, latency_models, placements
+from trsim.plan_memory import batch_cap, confirm_memory_bound, fits_closed_loop, mean_lengths, memory_bound
 from trsim.roofline import RooflineModel
 from trsim.workload import ENDLESS, WorkloadConfig, preset
 
@@ -34,9 +34,13 @@ ASSUMPTIONS = (
     "co-located models each get half of their GPUs' FLOP/s and bandwidth (pessimistic while the peer idles)",
     "closed loop: endless requests holding context_tokens of context each; the chain up to chain_max_n requests "
     "per pipeline, the simulator beyond; thresholds above 1 only when they gain more than min_gain",
-    "open loop: the preset's lengths, thresholds of 1 (no delayed batching); a pipeline batches at most KV "
-    "capacity / mean full length requests per model (the rest wait); each rate runs open_run_s simulated "
-    "seconds from empty; only the open_loop_top most promising pipelines are bisected",
+    "open loop: the preset's lengths, thresholds of 1 (no delayed batching); a pipeline batches at most the "
+    "requests that fit resident on every model they visit (KV capacity / (mean prompt + mean output / 2), "
+    "at most 256; the rest wait); each rate runs open_run_s simulated seconds from empty; only the "
+    "open_loop_top most promising pipelines are bisected",
+    "memory: a request holds KV on every model it visits; closed-loop points whose endless requests of "
+    "context_tokens do not fit are skipped; memory_bound is the most requests of the preset's mean lengths that "
+    "fit (mean footprint prompt + output / 2), with the throughput there at thresholds of 1",
 )
 
 
@@ -67,6 +71,11 @@ class PlanConfig:
     chain_max_n: int = 24
     quantum_s: float = 1e-3
     seed: int = 0
+    #: Best placements whose memory bound is re-run in the simulator with the preset's lengths and that KV pool.
+    memory_confirm_top: int = 0
+    #: Plan the large model alone on the same GPUs beside the pair, and where routing stops paying
+    #: (:mod:`trsim.plan_alone`).
+    compare_alone: bool = True
 
     def __post_init__(self) -> None:
         if len(self.P) != len(self.models) or any(len(t) != len(self.models) for t in self.thresholds):
@@ -92,18 +101,20 @@ def feasible(cfg: PlanConfig) -> list[Placement]:
 def closed_loop(cfg: PlanConfig, placement: Placement) -> dict[str, Any]:
     """Throughput of every concurrency and threshold candidate that fits the placement's KV cache."""
     models = latency_models(placement, cfg.hardware, cfg.models, cfg.dtype)
-    capacity = kv_capacity_tokens(placement, models)
+    capacity, caps = kv_capacity_tokens(placement, models), kv_capacities(placement, models)
     points = []
     for total in cfg.concurrencies:
         n = total // placement.replicas
-        if n < 1 or n * placement.replicas != total or n * cfg.context_tokens > capacity:
+        if n < 1 or n * placement.replicas != total or not fits_closed_loop(cfg, caps, n):
             continue
         for b in cfg.thresholds:
             if sum(x - 1 for x in b) < n:
                 tok_s, how = _pipeline_throughput(cfg, models, n, b)
                 points.append({"concurrency": total, "thresholds": list(b), "evaluator": how,
                                "throughput_tok_s": tok_s * placement.replicas})  # fmt: skip
-    return {"placement": placement, "kv_capacity_tokens": capacity, "points": points}
+    lengths = mean_lengths(_workload(cfg), cfg.seed)
+    bound = memory_bound(cfg, placement.replicas, models, caps, lengths, _pipeline_throughput)
+    return {"placement": placement, "kv_capacity_tokens": capacity, "memory_bound": bound, "points": points}
 
 
 def _pipeline_throughput(cfg: PlanConfig, models: list[RooflineModel], n: int, b: tuple[int, ...]) -> tuple[float, str]:
@@ -150,9 +161,8 @@ def max_rate(cfg: PlanConfig, placement: Placement, guess_rps: float) -> dict[st
 
 
 def _batch_caps(cfg: PlanConfig, placement: Placement, models: list[RooflineModel]) -> tuple[int, ...]:
-    """Requests a pipeline can hold at once: its KV capacity over the preset's mean full length, at most 256."""
-    prompt, output = mean_lengths(_workload(cfg), cfg.seed)
-    cap = max(min(kv_capacity_tokens(placement, models) // int(prompt + output), 256), 1)
+    """Requests a pipeline can hold at once: as many as fit resident on every model they visit, at most 256."""
+    cap = batch_cap(cfg, kv_capacities(placement, models), mean_lengths(_workload(cfg), cfg.seed))
     return (cap,) * len(models)
 
 
@@ -179,14 +189,6 @@ def _workload(cfg: PlanConfig) -> WorkloadConfig:
     return preset(cfg.workload) if isinstance(cfg.workload, str) else cfg.workload
 
 
-def mean_lengths(workload: WorkloadConfig, seed: int = 0, num: int = 2000) -> tuple[float, float]:
-    """Mean prompt and output lengths of a workload (sampled with a fixed seed)."""
-    rng = random.Random(seed)
-    prompts = [workload.prompt_tokens.sample(rng) for _ in range(num)]
-    outputs = [workload.output_tokens.sample(rng) for _ in range(num)]
-    return sum(prompts) / num, sum(outputs) / num
-
-
 def _map(fn: Callable[..., Any], args: list[tuple[Any, ...]], runner: JobRunner, tick: Callable[[], None]) -> list[Any]:
     return run_jobs(runner, fn, args, lambda _result: tick())
 
@@ -208,11 +210,20 @@ def run_plan(cfg: PlanConfig, workers: int = 1, progress: Callable[[str, int], C
     sims = _map(confirm, [(cfg, r) for r in top], runner, stage("confirm in simulator", len(top)))
     for row, tok_s in zip(top, sims, strict=True):
         row["sim_throughput_tok_s"] = tok_s
+    bounded = [r for r in ranked if r["memory_bound"]][: cfg.memory_confirm_top]
+    sims = _map(confirm_memory_bound, [(cfg, r) for r in bounded], runner, stage("memory bound", len(bounded)))
+    for row, by_policy in zip(bounded, sims, strict=True):
+        row["memory_bound"] = {**row["memory_bound"], "sim_throughput_tok_s": by_policy}
     stage_s["closed_loop"], start = clock() - start, clock()
     if cfg.open_loop_top > 0:
         _open_loop(cfg, ranked, runner, stage)
-    stage_s["open_loop"] = clock() - start
+    stage_s["open_loop"], start = clock() - start, clock()
     report = _report(cfg, ranked, sorted(ranked, key=lambda r: -r["throughput_per_gpu_tok_s"]))
+    if cfg.compare_alone:
+        from trsim.plan_alone import beside_routed  # it builds on this module's search
+
+        report.update(beside_routed(cfg, ranked, runner, stage))
+        stage_s["large_alone"] = clock() - start
     return {**report, "stage_s": stage_s}
 
 
@@ -251,7 +262,8 @@ def _best_point(row: dict[str, Any], min_gain: float) -> dict[str, Any]:
     if no_delay and best["throughput_tok_s"] <= no_delay[0]["throughput_tok_s"] * (1 + min_gain):
         best = no_delay[0]
     return {**best, "placement": p, "throughput_per_gpu_tok_s": best["throughput_tok_s"] / p.num_gpus,
-            "kv_capacity_tokens": row["kv_capacity_tokens"], "points": row["points"]}  # fmt: skip
+            "kv_capacity_tokens": row["kv_capacity_tokens"], "memory_bound": row["memory_bound"],
+            "points": row["points"]}  # fmt: skip
 
 
 def _report(cfg: PlanConfig, ranked: list[dict[str, Any]], per_gpu: list[dict[str, Any]]) -> dict[str, Any]:
@@ -277,6 +289,6 @@ def _placement_dict(cfg: PlanConfig, row: dict[str, Any]) -> dict[str, Any]:
     }  # fmt: skip
     keys = ("concurrency", "thresholds", "evaluator", "throughput_tok_s", "throughput_per_gpu_tok_s",
             "sim_throughput_tok_s", "max_rate_rps", "rate_bracket_rps", "max_batch", "at_max",
-            "kv_capacity_tokens", "points")  # fmt: skip
+            "kv_capacity_tokens", "memory_bound", "points")  # fmt: skip
     return {"label": p.label, "colocated": p.colocated, "replicas": p.replicas, "num_gpus": p.num_gpus,
             "models": per_model, **{k: row.get(k) for k in keys}}  # fmt: skip

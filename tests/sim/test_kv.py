@@ -20,30 +20,30 @@ from trsim.workload import WorkloadConfig
 A_S, D_S = 1e-3, 1e-4  # step = A_S + D_S * extend tokens
 
 
-def one_model(kv=None, prompt=3, output=3, sessions=2):
-    """One model, max batch 1, a closed loop of ``sessions`` requests that all start at once."""
+def one_model(kv=None, prompt=3, output=3, sessions=2, max_batch=2):
+    """One model, a closed loop of ``sessions`` requests that all start at once."""
     wl = WorkloadConfig(
         concurrency=sessions, prompt_tokens=constant(prompt), output_tokens=constant(output), num_sessions=sessions
     )
     latency = QuadraticModel(a=A_S, b=0.0, c=0.0, d=D_S, e=0.0)
     router = RouterConfig("markov", {"P": [[1.0]], "C": [[1.0]]})
-    return SimConfig((latency,), (BatchingPolicy(1, max_batch=1),), router, wl, kv=kv)
+    return SimConfig((latency,), (BatchingPolicy(1, max_batch=max_batch),), router, wl, kv=kv)
 
 
 def test_preempted_request_pays_exactly_its_recompute_as_extend():
-    """Requests a, b (prompt 3, 3 outputs) alternate on one model whose cache is 2 blocks of 4 tokens.
-    Steps: a(3 fed) b(3) a(1) b(1); a's third step needs a 2nd block (5 tokens): b, waiting, is preempted;
-    a finishes; b feeds its whole 5-token sequence. Extend tokens 2+2+0+0+0+4 = 8 against 2+2+0+0+0+0 = 4."""
+    """Requests a, b (prompt 3, 3 outputs) step together on one model whose cache is 2 blocks of 4 tokens.
+    Roomy: [a b] (3 + 3 fed: 4 extend), [a b], [a b]. Tight: [a b] (1 block each), [a b] (4 tokens each, still
+    1 block); a's 5th token needs a 2nd block: b, waiting, is preempted and [a] steps alone; a finishes; [b]
+    feeds its whole 5-token sequence (4 extend). Steps 4 against 3, extend tokens 8 against 4."""
     roomy = simulate(one_model())
     tight = simulate(one_model(KVSimConfig((KVBudget(num_blocks=2, block_size=4),))))
-    assert roomy.simulated_s == pytest.approx(6 * A_S + 4 * D_S)
-    assert tight.simulated_s == pytest.approx(6 * A_S + 8 * D_S)
+    assert roomy.simulated_s == pytest.approx(3 * A_S + 4 * D_S)
+    assert tight.simulated_s == pytest.approx(4 * A_S + 8 * D_S)
     assert tight.num_finished == 2 and tight.committed_tokens == roomy.committed_tokens == 6
     (row,) = tight.extra["kv"]["models"]
     assert (row["num_preempted"], row["num_spilled"], row["num_recomputed_tokens"]) == (1, 0, 4)
-    assert row["peak_used_blocks"] == 2 and row["capacity_blocks"] == 2
-    # 1 block during a's first step (1.2 ms), 2 blocks for the remaining 5.6 ms
-    assert row["mean_used_blocks"] == pytest.approx((1 * 1.2 + 2 * 5.6) / 6.8)
+    assert row["peak_used_blocks"] == row["capacity_blocks"] == 2
+    assert row["mean_used_blocks"] == pytest.approx(2.0)  # both blocks held throughout
     assert tight.extra["kv"]["num_failed"] == 0
 
 
@@ -75,12 +75,15 @@ def test_admission_limit_never_spills_and_still_finishes():
     assert kv["models"][0]["num_admission_waits"] > 0
 
 
-def test_a_roomy_pool_gives_the_memory_free_run():
+def test_a_roomy_pool_spills_nothing_and_runs_as_fast_as_memory_free():
+    """Memory free (no ``kv``) is the unchanged driver path; a pool larger than anything asked of it spills,
+    preempts and waits never (the core schedules KV holders first, so batch order and routing draws differ)."""
     free, roomy = simulate(pair()), simulate(pair("cost", tokens=1 << 20))
     assert "kv" not in free.extra
-    same = ("simulated_s", "committed_tokens", "models", "latency_p99_s")
-    assert [getattr(roomy, k) for k in same] == [getattr(free, k) for k in same]
-    assert all(m["num_spilled"] == m["num_preempted"] == 0 for m in roomy.extra["kv"]["models"])
+    assert roomy.num_finished == free.num_finished == 24
+    assert roomy.throughput_tok_s == pytest.approx(free.throughput_tok_s, rel=0.05)
+    kv = roomy.extra["kv"]["models"]
+    assert all(m["num_spilled"] == m["num_preempted"] == m["num_admission_waits"] == 0 for m in kv)
 
 
 def test_requests_larger_than_the_cache_fail_and_the_rest_finish():

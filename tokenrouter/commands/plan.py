@@ -76,6 +76,12 @@ def plan(
         3, "--open-loop-top", help="Placements whose Poisson capacity is bisected (0: closed loop only)."
     ),
     open_run_s: float = typer.Option(180.0, "--open-run-s", help="Simulated seconds per open-loop rate."),
+    memory_confirm_top: int = typer.Option(
+        0, "--memory-confirm-top", help="Best placements whose memory bound is simulated with that KV pool."
+    ),
+    large_alone: bool = typer.Option(
+        True, "--large-alone/--no-large-alone", help="Also plan the large model alone; where routing stops paying."
+    ),
     workers: int = typer.Option(None, "--workers", "-j", help="Worker processes [CPU count]."),
     out: Path = typer.Option(None, "--out", help="Folder for plan.json and plan.png."),
     as_json: bool = JSON_OPTION,
@@ -103,9 +109,13 @@ def plan(
         slo_ttft_ms=slo_ttft_ms or None,
         open_loop_top=open_loop_top,
         open_run_s=open_run_s,
+        memory_confirm_top=memory_confirm_top,
+        compare_alone=large_alone,
     )
     if not 0 <= min_gain < 1:
         raise ConfigError("--min-gain", f"must be in [0, 1), got {min_gain}")
+    if memory_confirm_top < 0:
+        raise ConfigError("--memory-confirm-top", f"must be >= 0, got {memory_confirm_top}")
     if open_loop_top < 0 or open_run_s <= 0:
         raise ConfigError("--open-loop-top", "--open-loop-top must be >= 0 and --open-run-s > 0")
     _check_inputs(cfg)
@@ -212,3 +222,22 @@ def _print_table(result: dict[str, Any]) -> None:
     best = result["best"]
     console.print(f"best throughput {best['throughput']}, per GPU {best['throughput_per_gpu']}, "
                   f"Poisson capacity {best['max_rate']}")  # fmt: skip
+    for p in result["placements"]:
+        console.print(_memory_line(p))
+    if "routing_pays" in result:
+        from tokenrouter.commands.plan_alone import print_alone
+
+        print_alone(result, console)
+
+
+def _memory_line(p: dict[str, Any]) -> str:
+    """Where KV memory bounds a placement: the most requests that fit, the model that runs out, the throughput."""
+    bound = p.get("memory_bound")
+    if not bound:
+        return f"{p['label']}: no request of the workload fits in KV memory"
+    sims = bound.get("sim_throughput_tok_s") or {}
+    sim = "".join(f", simulated with that pool ({k}) {v:.0f}" for k, v in sims.items())
+    verdict = "memory bounds the searched concurrencies" if bound["binds"] else "compute bounds the search"
+    fit = f"at most {bound['concurrency']} requests fit in KV ({bound['bound_model']} runs out"
+    each = f"{bound['footprint_tokens']:.0f} tokens each"
+    return f"{p['label']}: {fit}, {each}): {bound['throughput_tok_s']:.0f} tok/s{sim}; {verdict}"

@@ -1,0 +1,54 @@
+"""`tokenrouter plan` and KV memory: per-model capacities, closed-loop points that do not fit skipped, the
+memory-bound concurrency worked out by hand, the open loop's batch cap, and the bound simulated with its pool."""
+
+from trsim.lengths import constant
+from trsim.placement import Placement, kv_capacities, kv_capacity_tokens, latency_models
+from trsim.plan import PlanConfig, closed_loop
+from trsim.plan_memory import batch_cap, confirm_memory_bound
+from trsim.roofline import max_batch_tokens
+from trsim.workload import WorkloadConfig
+
+R2R = {"small": "DeepSeek-R1-Distill-Qwen-1.5B", "large": "DeepSeek-R1-Distill-Qwen-32B"}
+P = ((0.65, 0.35), (1.0, 0.0))
+C = ((1.0, 0.0), (1.0, 0.0))
+SEP, COLOC = Placement((1, 2), 1, False), Placement((1, 1), 1, True)
+
+
+def lengths(prompt, output):
+    return WorkloadConfig(prompt_tokens=constant(prompt), output_tokens=constant(output))
+
+
+def test_each_model_has_its_own_capacity_unless_colocated():
+    models = latency_models(SEP, "a100-80g", R2R)
+    assert kv_capacities(SEP, models) == tuple(max_batch_tokens(m, 0.9) for m in models)
+    assert min(kv_capacities(SEP, models)) == kv_capacity_tokens(SEP, models) == 299_356
+    shared = latency_models(COLOC, "a100-80g", R2R)
+    assert kv_capacities(COLOC, shared) == (kv_capacity_tokens(COLOC, shared),) * 2
+
+
+def test_memory_bounds_concurrency_at_capacity_over_prompt_plus_half_the_output():
+    # 32B at tp 2 holds 299,356 tokens; 1,000 + 2,000 / 2 = 2,000 tokens a request: 149 fit. Endless requests of
+    # 10,000 tokens: 29 fit, so N = 64 is skipped and N = 16 is solved.
+    cfg = PlanConfig(
+        "a100-80g", 8, R2R, P, C, concurrencies=(16, 64), thresholds=((1, 1),), context_tokens=10_000,
+        workload=lengths(1000, 2000),
+    )  # fmt: skip
+    row = closed_loop(cfg, SEP)
+    assert [p["concurrency"] for p in row["points"]] == [16]
+    bound = row["memory_bound"]
+    assert (bound["concurrency"], bound["bound_model"], bound["footprint_tokens"]) == (149, "large", 2000)
+    assert bound["binds"] is False and bound["throughput_tok_s"] > 0 and bound["evaluator"] == "sim"
+    assert batch_cap(cfg, kv_capacities(SEP, latency_models(SEP, "a100-80g", R2R)), (1000, 2000)) == 149
+    two = closed_loop(PlanConfig("a100-80g", 8, R2R, P, C, concurrencies=(512,), thresholds=((1, 1),),
+                                 workload=lengths(1000, 2000)), Placement((1, 2), 2, False))  # fmt: skip
+    assert two["memory_bound"]["concurrency"] == 298 and two["memory_bound"]["binds"] is True
+
+
+def test_the_bound_is_simulated_with_exactly_that_pool():
+    # Co-located on one A100: 10,042 tokens for both models; 1,000 + 2,000 / 2 = 2,000 tokens a request: 5 fit.
+    cfg = PlanConfig("a100-80g", 8, R2R, P, C, concurrencies=(4,), thresholds=((1, 1),), context_tokens=1000,
+                     workload=lengths(1000, 2000), sim_tokens=2000)  # fmt: skip
+    row = closed_loop(cfg, COLOC)
+    assert row["memory_bound"]["concurrency"] == 5 == 10_042 // 2000
+    sims = confirm_memory_bound(cfg, {**row, "placement": COLOC})
+    assert set(sims) == {"cost", "admission-limit"} and min(sims.values()) > 0
