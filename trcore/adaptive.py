@@ -30,7 +30,10 @@ class AdaptiveConfig:
     * ``tolerance``: inputs that moved less than this since the last solve (P and C entries, absolute; step
       time tables, relative) reuse that solve instead of re-solving; ``concurrency_tolerance`` the same for
       the concurrency (relative, at least one request);
-    * ``quantum_fraction``: the solver's time quantum as a fraction of the shortest step; ``seed``: its draws.
+    * ``solve_interval_s``: at least this long between two solves (a window sliding over a change moves on
+      every tick; this bounds the solver's work);
+    * ``method``: the optimizer's (``auto``: exact while cheap, else sampled; ``sampled``);
+      ``quantum_fraction``: its time quantum as a fraction of the shortest step; ``seed``: its draws.
     """
 
     window_s: float = 10.0
@@ -39,6 +42,8 @@ class AdaptiveConfig:
     min_steps: int = 200
     tolerance: float = 0.02
     concurrency_tolerance: float = 0.1
+    solve_interval_s: float = 5.0
+    method: str = "auto"
     quantum_fraction: float = 0.1
     seed: int = 0
 
@@ -51,6 +56,8 @@ class AdaptiveConfig:
             "tolerance": self.tolerance >= 0,
             "concurrency_tolerance": self.concurrency_tolerance >= 0,
             "quantum_fraction": 0 < self.quantum_fraction <= 1,
+            "solve_interval_s": self.solve_interval_s >= 0,
+            "method": self.method in ("auto", "sampled", "exact"),
         }
         for name, ok in checks.items():
             if not ok:
@@ -138,7 +145,9 @@ class AdaptiveController:
         if estimate is None:
             return None
         solved = self._solved
-        fresh = solved is None or has_moved(solved.inputs, estimate, self.config)
+        fresh = solved is None or (
+            now - solved.time_s >= self.config.solve_interval_s and has_moved(solved.inputs, estimate, self.config)
+        )
         if fresh:
             solved = self._solve(estimate, now)
         assert solved is not None
@@ -175,12 +184,12 @@ class AdaptiveController:
             max_batch=list(self.max_batch),
             sampling=SamplingConfig(seed=cfg.seed),
         )
-        best = model.optimize(n, min_gain=cfg.min_gain, method="auto")
+        best = model.optimize(n, min_gain=cfg.min_gain, method=cfg.method)
         current = in_force(self.thresholds, n)
         if current == best.thresholds:
             current_tok_s = best.throughput_tok_s
         else:
-            current_tok_s = model.solve(n, current, method="auto").throughput_tok_s
+            current_tok_s = model.solve(n, current, method=cfg.method).throughput_tok_s
         return Retune(
             now, self.thresholds, best.thresholds, best.throughput_tok_s, current_tok_s, False, "", best.method, inputs
         )

@@ -7,8 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from trcore import BatchingPolicy, ConfigError, InfeasibleError
+from trsim.adaptive import AdaptiveSimConfig
 from trsim.kv import KVSimConfig
 from trsim.latency import LatencyModel, QuantizedModel
+from trsim.phases import Phase
 from trsim.routing import RouterConfig
 from trsim.signals import SignalConfig
 from trsim.workload import WorkloadConfig
@@ -83,6 +85,10 @@ class SimConfig:
     replicas: tuple[int, ...] = ()
     #: KV caches and the spill policy (``trsim.kv``); None: memory is free, as before KV accounting existed.
     kv: KVSimConfig | None = None
+    #: A time-varying run (``trsim.phases``): the run ends when the last phase does.
+    phases: tuple[Phase, ...] = ()
+    #: Thresholds tuned online by ``trcore.adaptive`` (None: the policies' thresholds stay).
+    adaptive: AdaptiveSimConfig | None = None
 
     def __post_init__(self) -> None:
         if not self.latency or len(self.latency) != len(self.policies):

@@ -21,14 +21,17 @@ from simpy.events import NORMAL, Event, Timeout
 
 from trcore import CLIENT, Batch, ConfigError, InfeasibleError, PeerReq, Request, Subserver
 from trcore.replicas import ReplicaTable
+from trsim.adaptive import AdaptiveDriving
 from trsim.baselines import PerTokenLatency
 from trsim.chrome import StepRecord
 from trsim.clock import LATE, TICKS_PER_S, cost_ticks, fire, to_ticks
 from trsim.config import SimConfig
 from trsim.driver_memory import MemoryDriving
+from trsim.driver_thresholds import ThresholdDriving
 from trsim.kv import KVRecorder
 from trsim.latency import PrefixCachedModel
 from trsim.metrics import RunStats, SimResult
+from trsim.phases import PhaseDriving, PhasedWorkload
 from trsim.routing import build_programs
 from trsim.signals import StepSynthesizer
 from trsim.workload import PREFIX_KEY, WorkloadRunner
@@ -36,7 +39,7 @@ from trsim.workload import PREFIX_KEY, WorkloadRunner
 _token_ids = attrgetter("token_ids")
 
 
-class Simulation(MemoryDriving):
+class Simulation(MemoryDriving, ThresholdDriving):
     """One simulated run of a configured system. Build, then :meth:`run` once.
 
     With replicas (``config.replicas``) every (model, replica) is a subserver of its own (``subservers[p]``, process
@@ -55,11 +58,9 @@ class Simulation(MemoryDriving):
         programs = build_programs(config.router, n, random.Random(rng.getrandbits(64)), models)
         needed = frozenset().union(*(p.required_signals for p in programs))
         self.synth = StepSynthesizer(needed, config.signals, random.Random(rng.getrandbits(64)))
-        kv = config.kv
+        kv, traced = config.kv, record_trace or config.adaptive is not None  # the controller reads routes
         self.subservers = [
-            Subserver(
-                p, config.policies[p.model], record_trace=record_trace, memory=self._memory(p.model) if kv else None
-            )
+            Subserver(p, config.policies[p.model], record_trace=traced, memory=self._memory(p.model) if kv else None)
             for p in programs
         ]
         self.kv = KVRecorder([s.memory for s in self.subservers if s.memory]) if kv else None
@@ -76,7 +77,10 @@ class Simulation(MemoryDriving):
         if config.workload.turns > 1 and config.workload.prefix_cache:
             self.latency = [PrefixCachedModel(lat, m, PREFIX_KEY) for m, lat in enumerate(self.latency)]
         self.stats = RunStats(n, table.num_procs)
-        self.workload = WorkloadRunner(config.workload, self, n, random.Random(rng.getrandbits(64)))
+        runner = PhasedWorkload if config.phases else WorkloadRunner
+        self.workload = runner(config.workload, self, n, random.Random(rng.getrandbits(64)))
+        self.phasing = PhaseDriving(self, config.phases, self._stop) if config.phases else None
+        self.adaptive = AdaptiveDriving(self, config.adaptive, record_trace) if config.adaptive else None
         self.steps: list[StepRecord] | None = [] if chrome_trace else None
         self.committed = 0
         self.num_active = 0
@@ -111,7 +115,7 @@ class Simulation(MemoryDriving):
     def run(self, tokens: int | None = None, time_s: float | None = None, warmup_tokens: int = 0) -> SimResult:
         """Run until ``tokens`` committed tokens, ``time_s`` simulated seconds, or the workload is done.
         Throughput counts only tokens after the first ``warmup_tokens``."""
-        if tokens is None and time_s is None and self.config.workload.num_sessions is None:
+        if tokens is None and time_s is None and self.config.workload.num_sessions is None and not self.phasing:
             raise ConfigError("run", "give a token or time limit, or a workload with num_sessions")
         for name, value in (("tokens", tokens), ("time_s", time_s)):
             if value is not None and not value > 0:
@@ -124,6 +128,9 @@ class Simulation(MemoryDriving):
         if time_s is not None:
             self.env.timeout(to_ticks(time_s)).callbacks.append(lambda _e: self._stop())
         started = time.perf_counter()
+        for driving in (self.phasing, self.adaptive):
+            if driving is not None:
+                driving.start()
         self.workload.start()
         try:
             while True:
@@ -186,6 +193,8 @@ class Simulation(MemoryDriving):
         if self.steps is not None:
             self.steps.append(StepRecord(m, launched, ticks, len(requests), sum(batch.num_new_tokens), committed))
         self._count(committed)
+        if self.adaptive is not None:
+            self.adaptive.on_step(p, batch, ticks, handoffs)
         pins = self._pins if self.table.has_replicas else None
         for dest, message in handoffs:
             if dest == CLIENT:
@@ -255,6 +264,8 @@ class Simulation(MemoryDriving):
         is the system's, or with replicas the requests pinned to it."""
         lowered = count < self.num_active
         self.num_active = count
+        if self.adaptive is not None:
+            self.adaptive.set_active(count, self.now_s())
         pins = self._pins.get(request_id)
         if pins is None:
             for p, sub in enumerate(self.subservers):
@@ -304,6 +315,10 @@ class Simulation(MemoryDriving):
             result.extra["replica_steps"] = [[m, r, n] for (m, r), n in steps]
         if self.kv is not None:
             result.extra["kv"] = self._kv_summary(end)
+        if self.phasing is not None:
+            result.extra["phases"] = self.phasing.records
+        if self.adaptive is not None:
+            result.extra["switches"] = self.adaptive.switch_records()
         return result
 
 

@@ -31,17 +31,15 @@ from trsim.build import load_trace_file, with_traces
 from trsim.config import PerTokenConfig, SimConfig
 from trsim.kv import KVSimConfig, KVSpec, kv_from_specs
 from trsim.latency import LatencyModel, make_latency_model
-from trsim.lengths import LengthDist, read_length_pairs
+from trsim.lengths import read_length_pairs
 from trsim.profile import latency_from_profile, load_profile
 from trsim.routing import RouterConfig
+from trsim.scenario_phases import AdaptiveSpec, PhaseSpec, adaptive_config, phases_from_specs
+from trsim.scenario_types import Length, Positive
+from trsim.scenario_types import Strict as _Strict
+from trsim.scenario_types import length_dist as _length
 from trsim.signals import SignalConfig
 from trsim.workload import PRESETS, WorkloadConfig, preset
-
-Positive = Annotated[float, Field(gt=0)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class LatencySpec(_Strict):
@@ -60,21 +58,6 @@ class LatencySpec(_Strict):
     tp: int = Field(default=1, ge=1)
     dtype: str = "bf16"
     params: dict[str, float] = Field(default_factory=dict)
-
-
-class LengthSpec(_Strict):
-    dist: Literal["constant", "uniform", "lognormal", "empirical"] = "constant"
-    value: int = Field(default=1, ge=1)
-    low: int = Field(default=1, ge=1)
-    high: int = Field(default=1, ge=1)
-    median: Positive = 1.0
-    sigma: float = Field(default=0.0, ge=0)
-    values: list[Annotated[int, Field(ge=1)]] = Field(default_factory=list)
-    min: int = Field(default=1, ge=1)
-    max: int | None = Field(default=None, ge=1)
-
-
-Length = Annotated[int, Field(ge=1)] | LengthSpec
 
 
 class ModelSpec(_Strict):
@@ -144,6 +127,10 @@ class Scenario(_Strict):
     spill: str = "cost"
     per_token: PerTokenSpec | None = None
     signals: SignalSpec = Field(default_factory=SignalSpec)
+    #: A time-varying workload: spans overriding router P/C, concurrency and output lengths; the run ends with them.
+    phases: list[PhaseSpec] = Field(default_factory=list)
+    #: The adaptive controller's knobs (used with ``--thresholds adaptive``).
+    adaptive: AdaptiveSpec = Field(default_factory=AdaptiveSpec)
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -160,8 +147,9 @@ def load_scenario(path: str | Path) -> Scenario:
     return Scenario.model_validate(data)
 
 
-def scenario_config(scenario: Scenario, base_dir: str | Path = ".") -> SimConfig:
-    """The ``SimConfig`` a scenario describes (baseline applied)."""
+def scenario_config(scenario: Scenario, base_dir: str | Path = ".", *, adaptive: bool = False) -> SimConfig:
+    """The ``SimConfig`` a scenario describes (baseline applied); ``adaptive``: thresholds tuned online by the
+    controller with the scenario's ``adaptive`` knobs."""
     base = Path(base_dir)
     n = len(scenario.models)
     latency = tuple(_latency(m.latency, base, f"models[{i}].latency") for i, m in enumerate(scenario.models))
@@ -177,6 +165,8 @@ def scenario_config(scenario: Scenario, base_dir: str | Path = ".") -> SimConfig
         per_token_costs=_per_token(scenario.per_token),
         model_names=tuple(m.name or f"model{i}" for i, m in enumerate(scenario.models)),
         kv=_kv(scenario, latency, base),
+        phases=phases_from_specs(scenario.phases, scenario.router.program),
+        adaptive=adaptive_config(scenario.adaptive) if adaptive else None,
     )
     if scenario.router.program == "trace":
         if not scenario.router.file:
@@ -240,18 +230,6 @@ def _policy(spec: ModelSpec, peer_slack: int) -> BatchingPolicy:
 def _router(spec: RouterSpec) -> RouterConfig:
     params: dict[str, Any] = dict(spec.model_extra or {})
     return RouterConfig(spec.program, params)
-
-
-def _length(value: int | LengthSpec | None, where: str) -> LengthDist | None:
-    if value is None:
-        return None
-    if isinstance(value, int):
-        return LengthDist("constant", value=value)
-    fields = {**value.model_dump(exclude={"dist", "min", "max"}), "values": tuple(value.values)}
-    try:
-        return LengthDist(value.dist, **fields, minimum=value.min, maximum=value.max)
-    except ConfigError as exc:
-        raise ConfigError(f"{where}.{exc.field}", exc.problem) from None
 
 
 def _workload(spec: WorkloadSpec, base: Path) -> WorkloadConfig:

@@ -55,11 +55,11 @@ def _latency_model(entry: Any) -> Any:
     return TableModel(list(range(1, len(entry) + 1)), entry) if isinstance(entry, list) else ConstantModel(entry)
 
 
-def _scenario_config(path: Path) -> tuple[SimConfig, Any]:
+def _scenario_config(path: Path, adaptive: bool = False) -> tuple[SimConfig, Any]:
     from trsim.scenario import load_scenario, scenario_config
 
     scenario = load_scenario(path)
-    return scenario_config(scenario, path.parent), scenario
+    return scenario_config(scenario, path.parent, adaptive=adaptive), scenario
 
 
 def build_config(
@@ -74,20 +74,28 @@ def build_config(
     seed: int | None,
     pair: str | None = None,
 ) -> tuple[SimConfig, Any]:
-    """Config from a scenario file or from flags (defaults: the pair's); flags given next to a scenario override it."""
+    """Config from a scenario file or from flags (defaults: the pair's); flags given next to a scenario override it.
+    ``thresholds="adaptive"``: the controller tunes them online, from the configured vector (the scenario's
+    ``adaptive`` knobs, else the defaults)."""
     from dataclasses import replace
 
+    from trsim.adaptive import AdaptiveSimConfig
     from trsim.workload import preset
+
+    adaptive = thresholds == "adaptive"
+    thresholds = None if adaptive else thresholds
 
     if scenario is not None:
         if any(x is not None for x in (P, C, latency_ms, pair)):
             raise ConfigError("--scenario", "give either a scenario file or --pair/--P/--C/--latency-ms, not both")
-        config, spec = _scenario_config(scenario)
+        config, spec = _scenario_config(scenario, adaptive)
         if workload is not None:
             config = replace(config, workload=preset(workload, concurrency=config.workload.concurrency))
     else:
         P, C, latency_ms = opt.pair_defaults(pair or opt.ANALYTIC_PAIR, P, C, latency_ms)
         config, spec = _flag_config(P, C, latency_ms, quantum_ms, workload or "endless"), None
+        if adaptive:
+            config = replace(config, adaptive=AdaptiveSimConfig())
     if concurrency is not None:
         opt.check_positive(concurrency, "--concurrency")
         config = config.with_concurrency(concurrency)
@@ -109,7 +117,9 @@ def simulate(
     pair: str = typer.Option(None, "--pair", help=opt.PAIR_HELP + f" [{opt.ANALYTIC_PAIR}]"),
     quantum_ms: float = typer.Option(None, "--quantum-ms", help="Round step latencies to this quantum (as the model)."),
     concurrency: int = typer.Option(None, "--concurrency", "-N", help="Concurrent requests (closed loop) [16]."),
-    thresholds: str = typer.Option(None, "--thresholds", help="Batching threshold per model, e.g. '4,1' [all 1]."),
+    thresholds: str = typer.Option(
+        None, "--thresholds", help="Batching threshold per model, e.g. '4,1' [all 1], or adaptive (tuned online)."
+    ),
     tokens: int = typer.Option(None, "--tokens", help="Run until this many committed tokens [100000]."),
     seed: int = typer.Option(None, "--seed", help="Random seed [0]."),
     baseline: str = typer.Option(None, "--baseline", help="tokenrouter, b1, lockstep, per-token or llm-only."),
@@ -143,8 +153,12 @@ def simulate(
     result = sim.run(limit, time_s, warmup)
     _write_outputs(sim, chrome_trace, trace_out)
     summary = {"baseline": baseline or (spec.baseline if spec else "tokenrouter"), **result.to_dict()}
-    summary["thresholds"] = list(config.thresholds)
+    summary["thresholds"] = list(sim.thresholds_in_force())  # at the end of the run
     summary["concurrency"] = config.workload.concurrency
+    summary["adaptive"] = config.adaptive is not None
+    for key in ("phases", "switches"):
+        if key in result.extra:
+            summary[key] = result.extra[key]
     if as_json:
         typer.echo(json.dumps(summary))
     else:
@@ -160,6 +174,8 @@ def _limits(spec: Any, tokens: int | None, warmup_tokens: int | None) -> tuple[i
     if tokens is not None:
         opt.check_positive(tokens, "--tokens")
         return tokens, None, warmup
+    if spec is not None and spec.phases:  # the run ends when the last phase does
+        return None, None, warmup
     if run.tokens is None and run.time_s is None:
         return 100_000, None, warmup
     return run.tokens, run.time_s, warmup
@@ -196,6 +212,12 @@ def _print_summary(summary: dict[str, Any], names: tuple[str, ...]) -> None:
     table.add_row("hand-offs per token", f"{summary['handoffs_per_token']:.3f}")
     for name, model in zip(names, summary["models"], strict=True):
         table.add_row(f"{name}: busy / mean batch", f"{model['busy_fraction']:.2f} / {model['mean_batch']:.2f}")
+    for phase in summary.get("phases", []):
+        label = f"phase {phase['index']} ({phase['start_s']:.0f}-{phase['end_s']:.0f} s)"
+        table.add_row(label, f"{phase['throughput_tok_s']:.1f} tok/s, B={phase['thresholds']}")
+    for switch in summary.get("switches", []):
+        gain = f"{switch['predicted_gain']:+.1%}"
+        table.add_row(f"switch at {switch['time_s']:.1f} s", f"{switch['old']} -> {switch['new']} ({gain} predicted)")
     Console().print(table)
 
 

@@ -1,0 +1,100 @@
+"""``--thresholds adaptive`` in the simulator: the core's controller (``trcore.adaptive``) driven by the
+simulated clock. Every step feeds the window (batch size, step time, each request's routing decision); every
+``tick_s`` the span is handed to the controller and a decision asked for; a switch reaches every subserver's
+policy ``solve_delay_s`` later, so it takes effect at each model's next launch (a step boundary)."""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import simpy
+
+from trcore import CLIENT, Batch, PeerReq
+from trcore.adaptive import AdaptiveConfig, AdaptiveController, Retune
+from trcore.adaptive_window import ObservationBuilder
+from trsim.clock import TICKS_PER_S, to_ticks
+
+#: Batch sizes the base latency tables cover (larger batches use the last entry).
+BASE_TABLE_SIZE = 256
+
+
+@dataclass(frozen=True)
+class AdaptiveSimConfig:
+    """The controller's knobs, the simulated time between decisions, and how long a solve takes (simulated
+    seconds between a decision and its vector in force; 0: at once). ``context_tokens``: per request, where
+    the latency models are tabulated for the controller's base tables."""
+
+    controller: AdaptiveConfig = field(default_factory=AdaptiveConfig)
+    tick_s: float = 1.0
+    solve_delay_s: float = 0.0
+    context_tokens: int = 256
+
+
+class AdaptiveDriving:
+    """Feeds a simulation's steps to an :class:`~trcore.adaptive.AdaptiveController` and applies its switches.
+
+    ``sim`` is a ``trsim.driver.Simulation`` (its env, config, latency models, subservers with route traces on,
+    and ``apply_thresholds``)."""
+
+    def __init__(self, sim: Any, config: AdaptiveSimConfig, keep_traces: bool) -> None:
+        self.sim, self.config, self.keep_traces = sim, config, keep_traces
+        caps = [p.max_batch for p in sim.config.policies]
+        ctx = config.context_tokens
+        base = [
+            [lat.predict(b, b * ctx, 0) for b in range(1, min(cap, BASE_TABLE_SIZE) + 1)]
+            for lat, cap in zip(sim.latency, caps, strict=True)
+        ]
+        self.controller = AdaptiveController(
+            config.controller, sim.config.thresholds, base_latency_s=base, max_batch=caps
+        )
+        self.builder = ObservationBuilder(sim.config.num_models, 0.0)
+        self._seen = [0] * len(sim.subservers)
+
+    @property
+    def switches(self) -> list[Retune]:
+        return self.controller.switches
+
+    def start(self) -> None:
+        self.sim.env.process(self._loop())
+
+    def on_step(self, p: int, batch: Batch, ticks: int, handoffs: Sequence[tuple[int, PeerReq]]) -> None:
+        """Process ``p`` completed ``batch`` in ``ticks``: its step time and every request's routing decision
+        (a finished request counts as going to the entry model, as a closed loop refills it there)."""
+        builder, model = self.builder, batch.model
+        builder.record_step(model, batch.size, ticks / TICKS_PER_S)
+        trace = self.sim.subservers[p].trace
+        finished = {m.request_id for d, m in handoffs if d == CLIENT}
+        entry = self.sim.config.entry_model
+        for event in trace[self._seen[p] :]:
+            dest = entry if event.request_id in finished else event.destination
+            builder.record_route(model, dest, event.kept)
+        if self.keep_traces:
+            self._seen[p] = len(trace)
+        else:
+            trace.clear()
+
+    def set_active(self, count: int, now: float) -> None:
+        self.builder.set_active(count, now)
+
+    def _loop(self) -> Generator[simpy.Event, Any, None]:
+        env, tick = self.sim.env, to_ticks(self.config.tick_s)
+        while True:
+            yield env.timeout(tick)
+            now = env.now / TICKS_PER_S
+            self.controller.observe(self.builder.flush(now))
+            retune = self.controller.decide(now)
+            if retune is not None and retune.applied:
+                self._apply_later(retune.new)
+
+    def _apply_later(self, thresholds: tuple[int, ...]) -> None:
+        if self.config.solve_delay_s <= 0:
+            self.sim.apply_thresholds(thresholds)
+            return
+        timer = self.sim.env.timeout(to_ticks(self.config.solve_delay_s))
+        timer.callbacks.append(lambda _e: self.sim.apply_thresholds(thresholds))
+
+    def switch_records(self) -> list[dict[str, Any]]:
+        """Every switch: time, old and new vector, predicted gain (and the inputs it was solved on)."""
+        return [s.to_dict() for s in self.controller.switches]
