@@ -1,0 +1,161 @@
+"""The large model served alone beside every routed plan, and where routing stops paying for the pair
+(``tokenrouter plan``; docs/planning.md, "When not to route").
+
+The large model alone is planned like the pair: every placement of it on the same GPUs (tensor parallelism and
+replicas), the same concurrencies, the same evaluator (the chain up to ``chain_max_n`` requests per pipeline,
+the simulator beyond) and, for the open loop, the same Poisson bisection under the same latency targets. At each
+concurrency the best routed placements are then re-evaluated at other large-model shares (:mod:`trsim.plan_share`)
+to find the share at which their throughput falls to the large model's alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from trsim.parallel import JobRunner
+from trsim.placement import Placement, latency_models
+from trsim.plan_share import break_even, large_share, with_large_share
+
+if TYPE_CHECKING:
+    from trsim.plan import PlanConfig
+
+#: Routed placements (best at a concurrency) re-evaluated at other shares; the best of them sets the routed figure.
+BREAK_EVEN_TOP = 3
+#: Bisection steps on the share (resolution 2**-8 of the searched range).
+BREAK_EVEN_STEPS = 8
+Stage = Callable[[str, int], Callable[[], None]]
+Row = dict[str, Any]
+
+
+def alone_config(cfg: PlanConfig) -> PlanConfig:
+    """The plan of the last (largest) model alone: one model, every token on it, no thresholds to search."""
+    name, shape = list(cfg.models.items())[-1]
+    return replace(cfg, models={name: shape}, P=((1.0,),), C=((1.0,),), thresholds=((1,),), colocation=False)
+
+
+def search_alone(cfg: PlanConfig, runner: JobRunner, stage: Stage) -> list[dict[str, Any]]:
+    """The large model's placements, best throughput first, each with its best point and (for the
+    ``open_loop_top`` most promising pipelines) its Poisson capacity under the plan's targets."""
+    from trsim.plan import _best_point, _map, _open_loop, closed_loop, feasible
+
+    solo = alone_config(cfg)
+    found = feasible(solo)
+    rows = _map(closed_loop, [(solo, p) for p in found], runner, stage("large alone: closed loop", len(found)))
+    ranked = sorted((_best_point(r, solo.min_gain) for r in rows if r["points"]), key=lambda r: -r["throughput_tok_s"])
+    if cfg.open_loop_top > 0 and ranked:
+        _open_loop(solo, ranked, runner, stage)
+    return ranked
+
+
+Candidates = list[tuple[Placement, tuple[int, ...]]]
+
+
+def routed_at_share(cfg: PlanConfig, n: int, candidates: Candidates, share: float) -> float:
+    """The best whole-system throughput of ``candidates`` (placement, thresholds) at ``n`` requests when the
+    large model's share of the answer is ``share``."""
+    from trsim.plan import _pipeline_throughput
+
+    at = replace(cfg, P=with_large_share(cfg.P, cfg.C, share))
+    best = 0.0
+    for p, b in candidates:
+        models = latency_models(p, cfg.hardware, cfg.models, cfg.dtype)
+        best = max(best, _pipeline_throughput(at, models, n // p.replicas, b)[0] * p.replicas)
+    return best
+
+
+def break_even_job(cfg: PlanConfig, n: int, candidates: Candidates, alone: float) -> float | None:
+    """The large-model share at which routing ``n`` requests stops beating ``alone`` tok/s (see
+    :func:`trsim.plan_share.break_even`)."""
+    return break_even(lambda s: routed_at_share(cfg, n, candidates, s), alone, steps=BREAK_EVEN_STEPS)
+
+
+def best_at(ranked: list[dict[str, Any]], n: int, min_gain: float) -> list[tuple[float, Row, Row]]:
+    """(throughput, row, point) of every placement's best point at concurrency ``n`` (thresholds above 1 only
+    when they gain more than ``min_gain``, as the ranking), best first."""
+    from trsim.plan import _best_point
+
+    out = []
+    for row in ranked:
+        points = [x for x in row["points"] if x["concurrency"] == n]
+        if points:
+            point = _best_point({**row, "points": points}, min_gain)
+            out.append((point["throughput_tok_s"], row, point))
+    return sorted(out, key=lambda t: -t[0])
+
+
+def compare(cfg: PlanConfig, routed: list[dict[str, Any]], alone: list[dict[str, Any]], runner: JobRunner,
+            stage: Stage) -> list[dict[str, Any]]:  # fmt: skip
+    """Per concurrency: the best routed and the best large-alone throughput, their ratio, and the break-even
+    large-model share (None: routing loses even when the large model writes nothing)."""
+    from trsim.plan import _map
+
+    cells, jobs = [], []
+    for n in cfg.concurrencies:
+        r, a = best_at(routed, n, cfg.min_gain), best_at(alone, n, cfg.min_gain)
+        if not r or not a:
+            continue
+        candidates = [(row["placement"], tuple(pt["thresholds"])) for _, row, pt in r[:BREAK_EVEN_TOP]]
+        jobs.append((cfg, n, candidates, a[0][0]))
+        cells.append({"concurrency": n, "routed": _label(cfg, r[0][1]), "routed_tok_s": r[0][0],
+                      "alone": alone_label(cfg, a[0][1]["placement"]), "alone_tok_s": a[0][0],
+                      "routed_over_alone": r[0][0] / a[0][0], "routing_pays": r[0][0] > a[0][0]})  # fmt: skip
+    shares = _map(break_even_job, jobs, runner, stage("break-even share", len(jobs)))
+    for cell, share in zip(cells, shares, strict=True):
+        cell["break_even_share"] = share
+    return cells
+
+
+def alone_label(cfg: PlanConfig, p: Placement) -> str:
+    """``large alone 2x tp2``: the model's name, replicas and tensor-parallel degree."""
+    return f"{list(cfg.models)[-1]} alone {p.replicas}x tp{p.tp[0]}"
+
+
+def _label(cfg: PlanConfig, row: dict[str, Any]) -> str:
+    return str(row["placement"].label)
+
+
+def beside_routed(cfg: PlanConfig, routed: list[dict[str, Any]], runner: JobRunner, stage: Stage) -> dict[str, Any]:
+    """What ``run_plan`` adds to its report: ``large_alone`` (its placements as the routed ones are reported),
+    ``routing_pays`` (per concurrency, with the break-even share) and ``ranking`` (routed and alone together)."""
+    from trsim.plan import _placement_dict
+
+    solo = alone_config(cfg)
+    alone = search_alone(cfg, runner, stage)
+    cells = compare(cfg, routed, alone, runner, stage)
+    placed = [{**_placement_dict(solo, r), "label": alone_label(cfg, r["placement"])} for r in alone]
+    (name, shape), share = next(iter(solo.models.items())), large_share(cfg.P, cfg.C)
+    return {
+        "large_alone": {"model": name, "shape": shape, "placements": placed},
+        "routing_pays": {"pair_large_share": share, "by_concurrency": cells, "verdict": verdict(share, cells)},
+        "ranking": ranking(routed, alone, cfg),
+    }
+
+
+def ranking(routed: list[dict[str, Any]], alone: list[dict[str, Any]], cfg: PlanConfig) -> list[dict[str, Any]]:
+    """Routed and large-alone placements in one list, best throughput first."""
+    rows = [(r, "routed", _label(cfg, r)) for r in routed]
+    rows += [(r, "alone", alone_label(cfg, r["placement"])) for r in alone]
+    out = [{"label": label, "system": system, "num_gpus": r["placement"].num_gpus, "concurrency": r["concurrency"],
+            "throughput_tok_s": r["throughput_tok_s"], "throughput_per_gpu_tok_s": r["throughput_per_gpu_tok_s"],
+            "max_rate_rps": r.get("max_rate_rps")} for r, system, label in rows]  # fmt: skip
+    return sorted(out, key=lambda x: -x["throughput_tok_s"])
+
+
+def verdict(share: float, cells: list[dict[str, Any]]) -> str:
+    """One sentence: where routing pays at the pair's share, and the share at which it stops, per concurrency."""
+    if not cells:
+        return "no concurrency was planned for both the pair and the large model alone"
+    pays = [c["concurrency"] for c in cells if c["routing_pays"]]
+    loses = [c["concurrency"] for c in cells if not c["routing_pays"]]
+    head = f"at the pair's large-model share {share:.2f} routing pays at N = {pays or 'none'}"
+    head += f" and loses at N = {loses}" if loses else ""
+    parts = [f"N = {c['concurrency']}: {_share_text(c['break_even_share'])}" for c in cells]
+    return f"{head}; routing stops paying above a large-model share of " + "; ".join(parts)
+
+
+def _share_text(share: float | None) -> str:
+    if share is None:
+        return "0 (loses even with no large-model tokens)"
+    return f"{share:.3f}" if share < 1.0 else "1 (never)"
