@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trcore import KVBudget
 from trcore.throughput import KVDemand, MemoryVerdict, memory_check
@@ -24,14 +24,13 @@ from trsim.placement import Placement, kv_capacities, latency_models
 from trsim.roofline import RooflineModel
 from trsim.workload import WorkloadConfig, preset
 
-if TYPE_CHECKING:
-    from trsim.plan import PlanConfig
-
+#: A ``trsim.plan.PlanConfig`` (not imported: trsim.plan imports this module).
+PlanConfig = Any
 #: The open loop batches at most this many requests per model (the planner's former cap).
 MAX_BATCH = 256
 #: Spill policies the memory bound is simulated under (the default, and the one that never spills).
 CONFIRM_POLICIES = ("cost", "admission-limit")
-Evaluator = Callable[["PlanConfig", list[RooflineModel], int, tuple[int, ...]], tuple[float, str]]
+Evaluator = Callable[[PlanConfig, list[RooflineModel], int, tuple[int, ...]], tuple[float, str]]
 
 
 def fits_closed_loop(cfg: PlanConfig, caps: Sequence[int], n: int) -> bool:
