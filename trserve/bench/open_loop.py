@@ -1,0 +1,152 @@
+"""Open-loop load against one running server: each request is sent at its arrival time
+(:mod:`trserve.bench.arrivals`) whatever the server's progress, on an idle keep-alive connection of a pool (a new
+one when every connection is busy).
+
+Latencies are measured from the arrival time, not from when the request went out, so a load generator that falls
+behind shows as latency instead of hiding it (the dispatch lag is reported beside). Throughput is the server's
+committed-token counter over the window, as in the closed loop (:mod:`trserve.bench.client`); requests still in
+flight at the window's end are cancelled (the server aborts them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from trserve.bench.arrivals import Arrivals
+from trserve.bench.client import PROMPTS, LoadResult, RequestRecord, Workload, _body, _metrics, committed_tokens
+from trserve.bench.client import summarize as summarize_closed
+from trserve.bench.stream import Connection, StreamError
+
+Send = Callable[[int, float], Coroutine[Any, Any, None]]
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[Any]]
+
+
+@dataclass
+class OpenRecord(RequestRecord):
+    """A request of an open-loop run: ``sent`` is its arrival time (absolute), ``dispatched`` when it went out."""
+
+    index: int = 0
+    dispatched: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class OpenLoadResult(LoadResult):
+    """An open-loop run: the closed loop's figures (``concurrency`` 0) and what the arrivals offered and left."""
+
+    arrivals: dict[str, Any] = field(default_factory=dict)
+    #: Arrivals per second scheduled inside the window.
+    offered_rps: float = 0.0
+    num_sent: int = 0
+    num_errors: int = 0
+    #: Requests that had arrived by the window's end but not finished (the backlog).
+    num_in_flight_at_end: int = 0
+    #: Seconds each request went out after its arrival time: mean and max.
+    dispatch_lag_mean_s: float = 0.0
+    dispatch_lag_max_s: float = 0.0
+
+
+async def dispatch(
+    times_s: Sequence[float], start: float, stop_at: float, send: Send, clock: Clock, sleep: Sleep
+) -> list[asyncio.Task[None]]:
+    """Start ``send(index, arrival)`` as its own task at every arrival ``start + t`` before ``stop_at``; returns
+    the tasks (the caller waits for or cancels them)."""
+    tasks = []
+    for i, t in enumerate(times_s):
+        at = start + t
+        if at >= stop_at:
+            break
+        delay = at - clock()
+        if delay > 0:
+            await sleep(delay)
+        tasks.append(asyncio.create_task(send(i, at)))
+    return tasks
+
+
+def summarize(records: Sequence[OpenRecord], arrivals: Arrivals, start: float, win_start: float,
+              win_end: float) -> OpenLoadResult:  # fmt: skip
+    """Latencies of the requests that finished inside the window (from their arrival), the offered rate, the
+    backlog at the window's end and the dispatch lag (throughput is filled in by the caller)."""
+    closed = summarize_closed([r for r in records if r.error is None], 0, win_start, win_end)
+    lags = [r.dispatched - r.sent for r in records if r.dispatched is not None]
+    backlog = [r for r in records if r.sent <= win_end and (r.done is None or r.done > win_end)]
+    return OpenLoadResult(
+        **{k: getattr(closed, k) for k in ("concurrency", "throughput_tok_s", "window_s", "num_finished")},
+        ttft_s=closed.ttft_s, tpot_s=closed.tpot_s, e2e_s=closed.e2e_s, arrivals=arrivals.to_dict(),
+        offered_rps=arrivals.rate_rps(win_start - start, win_end - start), num_sent=len(records),
+        num_errors=sum(r.error is not None for r in records), num_in_flight_at_end=len(backlog),
+        dispatch_lag_mean_s=sum(lags) / len(lags) if lags else 0.0, dispatch_lag_max_s=max(lags, default=0.0),
+    )  # fmt: skip
+
+
+class _Pool:
+    """Idle keep-alive connections; a busy pool opens another."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.opened = url, 0
+        self.idle: list[Connection] = []
+
+    def acquire(self) -> Connection:
+        if self.idle:
+            return self.idle.pop()
+        self.opened += 1
+        return Connection(self.url)
+
+    def release(self, conn: Connection) -> None:
+        self.idle.append(conn)
+
+    def close(self) -> None:
+        for conn in self.idle:
+            conn.close()
+
+
+async def _send(pool: _Pool, work: Workload, i: int, at: float, out: list[OpenRecord]) -> None:
+    """One request, due at ``at``: recorded in ``out`` at once so a cut request counts in the backlog."""
+    rec = OpenRecord(sent=at, index=i, dispatched=time.perf_counter())
+    out.append(rec)
+    conn = pool.acquire()
+    try:
+        await conn.stream(conn.request("/v1/completions", _body(PROMPTS[i % len(PROMPTS)], work)), rec)
+    except StreamError as exc:
+        rec.error = str(exc)
+    except asyncio.CancelledError:
+        conn.close()  # the server sees the disconnect and aborts the request
+        raise
+    rec.done = time.perf_counter()
+    rec.first = rec.first or rec.done
+    pool.release(conn)
+
+
+async def run_open_load(url: str, arrivals: Arrivals, work: Workload,
+                        probe: Callable[[], dict[str, Any]] | None = None) -> OpenLoadResult:  # fmt: skip
+    """Send ``arrivals`` (times from now) until the window's end, ``work.warmup_s`` then ``work.window_s``;
+    ``probe`` is read beside ``/metrics`` at both ends of the window."""
+    read, pool = probe or dict, _Pool(url)
+    records: list[OpenRecord] = []
+    start = time.perf_counter()
+    win_end = start + work.warmup_s + work.window_s
+    async with httpx.AsyncClient(base_url=url, timeout=600.0) as client:  # /metrics only
+        sender = asyncio.create_task(dispatch(arrivals.times_s, start, win_end,
+                                              lambda i, at: _send(pool, work, i, at, records),
+                                              time.perf_counter, asyncio.sleep))  # fmt: skip
+        await asyncio.sleep(work.warmup_s)
+        before, probe_before, win_start = await _metrics(client), read(), time.perf_counter()
+        await asyncio.sleep(max(0.0, win_end - time.perf_counter()))
+        after, probe_after, win_end = await _metrics(client), read(), time.perf_counter()
+        tasks = await sender
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    pool.close()
+    result = summarize(records, arrivals, start, win_start, win_end)
+    result.metrics_before, result.metrics_after = before, after
+    result.probe_before, result.probe_after = probe_before, probe_after
+    result.throughput_tok_s = committed_tokens(after, before) / result.window_s
+    return result
