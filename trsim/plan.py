@@ -23,6 +23,7 @@ from trsim.hardware import load_hardware
 from trsim.lengths import constant
 from trsim.parallel import JobRunner, LocalRunner, run_jobs
 from trsim.placement import Placement, kv_capacities, kv_capacity_tokens, latency_models, placements
+from trsim.plan_alone import Search, beside_routed
 from trsim.plan_memory import batch_cap, confirm_memory_bound, fits_closed_loop, mean_lengths, memory_bound
 from trsim.roofline import RooflineModel
 from trsim.workload import ENDLESS, WorkloadConfig, preset
@@ -220,9 +221,8 @@ def run_plan(cfg: PlanConfig, workers: int = 1, progress: Callable[[str, int], C
     stage_s["open_loop"], start = clock() - start, clock()
     report = _report(cfg, ranked, sorted(ranked, key=lambda r: -r["throughput_per_gpu_tok_s"]))
     if cfg.compare_alone:
-        from trsim.plan_alone import beside_routed  # it builds on this module's search
-
-        report.update(beside_routed(cfg, ranked, runner, stage))
+        search = Search(feasible, closed_loop, _best_point, _open_loop, _pipeline_throughput, _placement_dict, _map)
+        report.update(beside_routed(cfg, search, ranked, runner, stage))
         stage_s["large_alone"] = clock() - start
     return {**report, "stage_s": stage_s}
 

@@ -11,15 +11,15 @@ to find the share at which their throughput falls to the large model's alone.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import Any
 
 from trsim.parallel import JobRunner
 from trsim.placement import Placement, latency_models
 from trsim.plan_share import break_even, large_share, with_large_share
 
-if TYPE_CHECKING:
-    from trsim.plan import PlanConfig
+#: A ``trsim.plan.PlanConfig`` (not imported: that module imports this one).
+PlanConfig = Any
 
 #: Routed placements (best at a concurrency) re-evaluated at other shares; the best of them sets the routed figure.
 BREAK_EVEN_TOP = 3
@@ -27,6 +27,22 @@ BREAK_EVEN_TOP = 3
 BREAK_EVEN_STEPS = 8
 Stage = Callable[[str, int], Callable[[], None]]
 Row = dict[str, Any]
+Fn = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class Search:
+    """The routed plan's own steps (:mod:`trsim.plan` passes them in, so this module does not import it):
+    feasible placements, one placement's closed loop, its best point, the open-loop bisection, one pipeline's
+    throughput, a placement's report and the job map."""
+
+    feasible: Fn
+    closed_loop: Fn
+    best_point: Fn
+    open_loop: Fn
+    throughput: Fn
+    placement_dict: Fn
+    map: Fn
 
 
 def alone_config(cfg: PlanConfig) -> PlanConfig:
@@ -35,73 +51,67 @@ def alone_config(cfg: PlanConfig) -> PlanConfig:
     return replace(cfg, models={name: shape}, P=((1.0,),), C=((1.0,),), thresholds=((1,),), colocation=False)
 
 
-def search_alone(cfg: PlanConfig, runner: JobRunner, stage: Stage) -> list[dict[str, Any]]:
+def search_alone(cfg: PlanConfig, search: Search, runner: JobRunner, stage: Stage) -> list[Row]:
     """The large model's placements, best throughput first, each with its best point and (for the
     ``open_loop_top`` most promising pipelines) its Poisson capacity under the plan's targets."""
-    from trsim.plan import _best_point, _map, _open_loop, closed_loop, feasible
-
     solo = alone_config(cfg)
-    found = feasible(solo)
-    rows = _map(closed_loop, [(solo, p) for p in found], runner, stage("large alone: closed loop", len(found)))
-    ranked = sorted((_best_point(r, solo.min_gain) for r in rows if r["points"]), key=lambda r: -r["throughput_tok_s"])
+    found = search.feasible(solo)
+    args = [(solo, p) for p in found]
+    rows = search.map(search.closed_loop, args, runner, stage("large alone: closed loop", len(found)))
+    best = (search.best_point(r, solo.min_gain) for r in rows if r["points"])
+    ranked = sorted(best, key=lambda r: -r["throughput_tok_s"])
     if cfg.open_loop_top > 0 and ranked:
-        _open_loop(solo, ranked, runner, stage)
+        search.open_loop(solo, ranked, runner, stage)
     return ranked
 
 
 Candidates = list[tuple[Placement, tuple[int, ...]]]
 
 
-def routed_at_share(cfg: PlanConfig, n: int, candidates: Candidates, share: float) -> float:
+def routed_at_share(cfg: PlanConfig, n: int, candidates: Candidates, share: float, throughput: Fn) -> float:
     """The best whole-system throughput of ``candidates`` (placement, thresholds) at ``n`` requests when the
-    large model's share of the answer is ``share``."""
-    from trsim.plan import _pipeline_throughput
-
+    large model's share of the answer is ``share``; ``throughput``: one pipeline's evaluator (the plan's)."""
     at = replace(cfg, P=with_large_share(cfg.P, cfg.C, share))
     best = 0.0
     for p, b in candidates:
         models = latency_models(p, cfg.hardware, cfg.models, cfg.dtype)
-        best = max(best, _pipeline_throughput(at, models, n // p.replicas, b)[0] * p.replicas)
+        best = max(best, throughput(at, models, n // p.replicas, b)[0] * p.replicas)
     return best
 
 
-def break_even_job(cfg: PlanConfig, n: int, candidates: Candidates, alone: float) -> float | None:
+def break_even_job(cfg: PlanConfig, n: int, candidates: Candidates, alone: float, throughput: Fn) -> float | None:
     """The large-model share at which routing ``n`` requests stops beating ``alone`` tok/s (see
     :func:`trsim.plan_share.break_even`)."""
-    return break_even(lambda s: routed_at_share(cfg, n, candidates, s), alone, steps=BREAK_EVEN_STEPS)
+    return break_even(lambda s: routed_at_share(cfg, n, candidates, s, throughput), alone, steps=BREAK_EVEN_STEPS)
 
 
-def best_at(ranked: list[dict[str, Any]], n: int, min_gain: float) -> list[tuple[float, Row, Row]]:
-    """(throughput, row, point) of every placement's best point at concurrency ``n`` (thresholds above 1 only
-    when they gain more than ``min_gain``, as the ranking), best first."""
-    from trsim.plan import _best_point
-
+def best_at(ranked: list[Row], n: int, min_gain: float, best_point: Fn) -> list[tuple[float, Row, Row]]:
+    """(throughput, row, point) of every placement's best point at concurrency ``n`` (``best_point``, the
+    ranking's rule: thresholds above 1 only when they gain more than ``min_gain``), best first."""
     out = []
     for row in ranked:
         points = [x for x in row["points"] if x["concurrency"] == n]
         if points:
-            point = _best_point({**row, "points": points}, min_gain)
+            point = best_point({**row, "points": points}, min_gain)
             out.append((point["throughput_tok_s"], row, point))
     return sorted(out, key=lambda t: -t[0])
 
 
-def compare(cfg: PlanConfig, routed: list[dict[str, Any]], alone: list[dict[str, Any]], runner: JobRunner,
-            stage: Stage) -> list[dict[str, Any]]:  # fmt: skip
+def compare(cfg: PlanConfig, search: Search, routed: list[Row], alone: list[Row], runner: JobRunner,
+            stage: Stage) -> list[Row]:  # fmt: skip
     """Per concurrency: the best routed and the best large-alone throughput, their ratio, and the break-even
     large-model share (None: routing loses even when the large model writes nothing)."""
-    from trsim.plan import _map
-
     cells, jobs = [], []
     for n in cfg.concurrencies:
-        r, a = best_at(routed, n, cfg.min_gain), best_at(alone, n, cfg.min_gain)
+        r, a = best_at(routed, n, cfg.min_gain, search.best_point), best_at(alone, n, cfg.min_gain, search.best_point)
         if not r or not a:
             continue
         candidates = [(row["placement"], tuple(pt["thresholds"])) for _, row, pt in r[:BREAK_EVEN_TOP]]
-        jobs.append((cfg, n, candidates, a[0][0]))
+        jobs.append((cfg, n, candidates, a[0][0], search.throughput))
         cells.append({"concurrency": n, "routed": _label(cfg, r[0][1]), "routed_tok_s": r[0][0],
                       "alone": alone_label(cfg, a[0][1]["placement"]), "alone_tok_s": a[0][0],
                       "routed_over_alone": r[0][0] / a[0][0], "routing_pays": r[0][0] > a[0][0]})  # fmt: skip
-    shares = _map(break_even_job, jobs, runner, stage("break-even share", len(jobs)))
+    shares = search.map(break_even_job, jobs, runner, stage("break-even share", len(jobs)))
     for cell, share in zip(cells, shares, strict=True):
         cell["break_even_share"] = share
     return cells
@@ -116,15 +126,13 @@ def _label(cfg: PlanConfig, row: dict[str, Any]) -> str:
     return str(row["placement"].label)
 
 
-def beside_routed(cfg: PlanConfig, routed: list[dict[str, Any]], runner: JobRunner, stage: Stage) -> dict[str, Any]:
+def beside_routed(cfg: PlanConfig, search: Search, routed: list[Row], runner: JobRunner, stage: Stage) -> Row:
     """What ``run_plan`` adds to its report: ``large_alone`` (its placements as the routed ones are reported),
     ``routing_pays`` (per concurrency, with the break-even share) and ``ranking`` (routed and alone together)."""
-    from trsim.plan import _placement_dict
-
     solo = alone_config(cfg)
-    alone = search_alone(cfg, runner, stage)
-    cells = compare(cfg, routed, alone, runner, stage)
-    placed = [{**_placement_dict(solo, r), "label": alone_label(cfg, r["placement"])} for r in alone]
+    alone = search_alone(cfg, search, runner, stage)
+    cells = compare(cfg, search, routed, alone, runner, stage)
+    placed = [{**search.placement_dict(solo, r), "label": alone_label(cfg, r["placement"])} for r in alone]
     (name, shape), share = next(iter(solo.models.items())), large_share(cfg.P, cfg.C)
     return {
         "large_alone": {"model": name, "shape": shape, "placements": placed},

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from tokenrouter.cli import app
 from trsim.placement import Placement
-from trsim.plan import PlanConfig, closed_loop
+from trsim.plan import PlanConfig, _pipeline_throughput, closed_loop
 from trsim.plan_alone import alone_config, routed_at_share, verdict
 from trsim.plan_share import break_even, large_share, with_large_share
 from trsim.roofline import RooflineModel
@@ -61,9 +61,9 @@ def test_routed_at_the_pairs_share_is_the_plan_and_at_zero_the_small_model():
     cfg = PlanConfig("a100-80g", 8, R2R, P, C, concurrencies=(8,), thresholds=((1, 1),))
     sep = Placement((1, 2), 1, False)
     planned = closed_loop(cfg, sep)["points"][0]["throughput_tok_s"]
-    assert routed_at_share(cfg, 8, [(sep, (1, 1))], 0.35) == pytest.approx(planned, rel=1e-6)
+    assert routed_at_share(cfg, 8, [(sep, (1, 1))], 0.35, _pipeline_throughput) == pytest.approx(planned, rel=1e-6)
     small = RooflineModel("a100-80g", R2R["small"], 1)
-    assert routed_at_share(cfg, 8, [(sep, (1, 1))], 0.0) == pytest.approx(chain_tok_s(small, 8))
+    assert routed_at_share(cfg, 8, [(sep, (1, 1))], 0.0, _pipeline_throughput) == pytest.approx(chain_tok_s(small, 8))
 
 
 def test_verdict_names_where_routing_pays_and_the_break_even_share():
