@@ -155,12 +155,17 @@ def test_emulated_run_probes_the_stack_before_its_cell(tmp_path):
     small, large = written["models"]
     assert small["num_steps"] > 0 and large["num_steps"] > 0
     # Both models step back to back at times (the other's hand-offs keep them busy): their loops' gaps are in.
-    assert small["num_host_gaps"] > 0 and large["num_host_gaps"] > 0 and min(written["host_gap_s"]) > 0
+    assert all(0 < m["num_host_gaps"] <= m["num_steps"] for m in (small, large))  # at most one gap per step
+    assert written["host_gap_s"] == [small["host_gap_median_s"], large["host_gap_median_s"]]
+    for m in (small, large):  # the median of all gaps lies between the per-batch-size medians
+        by_batch = m["host_gap_median_s_by_batch"].values()
+        assert min(by_batch) <= m["host_gap_median_s"] <= max(by_batch), m
     # The markov router hands off both ways: each model received hand-offs, and their transit is what the
     # simulator's hand-offs to that model take.
     assert small["num_handoffs_received"] > 0 and large["num_handoffs_received"] > 0
     assert written["handoff_transit_s"] == [small["handoff_transit_median_s"], large["handoff_transit_median_s"]]
-    assert written["client"]["num_turnarounds"] > 0 and 0 < written["client_turnaround_s"] < 0.1
+    # A turnaround (a request's last step to its session's next submission) lies inside the probe's run.
+    assert written["client"]["num_turnarounds"] > 0 and 0 < written["client_turnaround_s"] < 0.3 + 1.0
     assert written["step_overrun_s"] == [max(0.0, m["step_overrun_median_s"]) for m in (small, large)]
     assert "Simulator's stack costs: host gap" in (out / "crossval.md").read_text()
     # The same cell again, with the written stack costs instead of a probe: no stack.json of its own.
