@@ -12,7 +12,9 @@ import asyncio
 import httpx
 import pytest
 
+from tests.serve.server.test_correctness import reference
 from tests.serve.server_fixtures import MAX_MODEL_LEN, MODEL, Served, wait_idle
+from trserve.engine.hash import hash_next
 
 pytestmark = pytest.mark.serve
 
@@ -129,17 +131,35 @@ def test_routine_client_fields_are_accepted(hash_server: Served):
     assert '"usage"' in lines[-1] and '"completion_tokens":8' in lines[-1]
 
 
+def _repeat_case(max_tokens: int, min_tokens: int, key: str) -> tuple[list[int], list[int], int]:
+    """A prompt whose hash-engine output (under the schedule program's keyed hand-offs) has a token that occurs
+    before ``min_tokens`` and again after it: (prompt, output, that token). Found by search: with ~10k token ids
+    a repeat is rare, so the stop-after-min_tokens case is built, not hoped for."""
+    for i in range(5000):
+        prompt = [400 + 13 * i + k for k in range(6)]
+        ids = reference(lambda m, seq: hash_next(m, seq).token_id, prompt, key, max_tokens, prob=0.5)
+        for token in ids[:min_tokens]:
+            if token in ids[min_tokens:-1]:  # a later occurrence that is not the last token (max_tokens)
+                return prompt, ids, token
+    raise AssertionError("no prompt with a repeated token")
+
+
 def test_min_tokens_and_stop_token_ids_end_requests_in_the_core(hash_server: Served):
     """The hash engine ignores sampling, so a stop token may come early: the core must not stop before
     min_tokens, then stop at the first stop token after it, on every model the request visits."""
+    key, min_tokens = "admission-min-tokens", 5
+    prompt, ids, stop = _repeat_case(24, min_tokens, key)
+    early = ids.index(stop)
+    late = ids.index(stop, min_tokens)
+    assert early < min_tokens <= late < len(ids) - 1
     with hash_server.client() as c:
-        base = {**ORDINARY, "max_tokens": 24, "return_token_ids": True, "routing_extra": {"handoff_prob": 0.5,
-                "decision_key": "admission-min-tokens"}}  # fmt: skip
-        ids = c.post("/v1/completions", json=base).json()["choices"][0]["token_ids"]
-        stop = ids[1]
-        cut = c.post("/v1/completions", json={**base, "stop_token_ids": [stop]}).json()
-        assert cut["choices"][0]["token_ids"] == ids[:2] and cut["choices"][0]["finish_reason"] == "stop"
-        late = c.post("/v1/completions", json={**base, "stop_token_ids": [stop], "min_tokens": 5}).json()
-        first = next((k for k in range(5, len(ids)) if ids[k] == stop), len(ids) - 1)
-        assert late["choices"][0]["token_ids"] == ids[: first + 1]
+        base = {**ORDINARY, "prompt": prompt, "max_tokens": 24, "return_token_ids": True,
+                "routing_extra": {"handoff_prob": 0.5, "decision_key": key}}  # fmt: skip
+        whole = c.post("/v1/completions", json=base).json()["choices"][0]
+        assert whole["token_ids"] == ids  # the server writes the reference's tokens
+        cut = c.post("/v1/completions", json={**base, "stop_token_ids": [stop]}).json()["choices"][0]
+        assert cut["token_ids"] == ids[: early + 1] and cut["finish_reason"] == "stop"
+        body = {**base, "stop_token_ids": [stop], "min_tokens": min_tokens}
+        after = c.post("/v1/completions", json=body).json()["choices"][0]
+        assert after["token_ids"] == ids[: late + 1] and after["finish_reason"] == "stop"
     wait_idle(hash_server)
