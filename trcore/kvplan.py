@@ -2,8 +2,11 @@
 and which waiting requests are preempted to make room. The subserver asks; the driver frees what it is told.
 
 Order of resort when a request's next step does not fit: spill parked sessions (policy's order); for a request
-already under way, preempt waiting requests of this model, newest first (their KV is recomputed later, as vLLM
-does); a new request that the policy will not let spill waits at admission. A request that cannot fit even in
+already under way here, preempt waiting requests of this model, newest first (their KV is recomputed later, as
+vLLM does). A request without KV here (new, back after a spill, or on its first visit) spills parked sessions
+only when the policy finds it worth their expected recompute, or when nothing else could run: otherwise it waits
+(for a new request, at admission), so a cache too small for every active request settles on the ones that fit
+instead of spilling sessions that come straight back. A request that cannot fit even in
 an empty cache is unservable and handed back to the driver to fail (front ends refuse those at admission).
 """
 
@@ -37,6 +40,7 @@ class KVMemory:
         self.stats = MemoryStats()
         self.spilled: set[str] = set()
         self._parked: dict[str, tuple[float, int]] = {}  # request id -> (since, model continuing it)
+        self._ranked: list[ParkedSession] | None = None  # this plan's parked sessions in spill order
 
     def num_new_tokens(self, req: Request, model: int) -> int:
         """Tokens the next step of ``req`` feeds: its whole sequence when its KV here was freed."""
@@ -62,13 +66,21 @@ class KVMemory:
     def plan(
         self, ready: Sequence[Request], residents: dict[str, Request], model: int, size: int, now: float
     ) -> tuple[list[Request], list[str], list[Request]]:
-        """Choose up to ``size`` of ``ready`` whose next step fits, reserving their blocks: first the requests that
-        hold KV here (in order), then the others (as vLLM schedules its running queue before its waiting one).
+        """Choose up to ``size`` of ``ready`` whose next step fits, reserving their blocks. When the first ``size``
+        fit as they are, they go in order; otherwise the requests that hold KV here come first, then the others
+        (as vLLM schedules its running queue before its waiting one).
 
         Returns (chosen, request ids whose KV the driver must free before the step, unservable requests)."""
+        head = list(ready[:size])
+        targets = [self._target_tokens(r) for r in head]
+        if self._fit_as_they_are(head, targets):
+            for req, target in zip(head, targets, strict=True):
+                self._reserve(req, target, model)
+            return head, [], []
         chosen: list[Request] = []
         evicted: list[str] = []
         unservable: list[Request] = []
+        self._ranked = None  # parked sessions in spill order, built when first needed
         holders = [r for r in ready if self.ledger.holds(r.spec.request_id)]
         others = [r for r in ready if not self.ledger.holds(r.spec.request_id)]
         for req in (*holders, *others):
@@ -81,6 +93,13 @@ class KVMemory:
                 self._reserve(req, target, model)
                 chosen.append(req)
         return chosen, evicted, unservable
+
+    def _fit_as_they_are(self, head: Sequence[Request], targets: Sequence[int]) -> bool:
+        ledger, budget = self.ledger, self.ledger.budget
+        extra = sum(ledger.extra_blocks(r.spec.request_id, t) for r, t in zip(head, targets, strict=True))
+        num_new = sum(1 for r in head if not ledger.holds(r.spec.request_id))
+        has_slots = budget.max_seqs is None or ledger.num_seqs + num_new <= budget.max_seqs
+        return has_slots and extra <= ledger.num_free and all(ledger.fits_ever(t) for t in targets)
 
     def _target_tokens(self, req: Request) -> int:
         n = len(req.token_ids)
@@ -95,6 +114,12 @@ class KVMemory:
             self.stats.num_recomputed_tokens += req.anchors[model]
         self.ledger.reserve(rid, target)
 
+    def _parked_ranked(self, residents: dict[str, Request], model: int, now: float) -> list[ParkedSession]:
+        if self._ranked is None:
+            sessions = [self._session(residents[r], model, now) for r in self._parked if self.ledger.holds(r)]
+            self._ranked = self.policy.order(sessions, model) if sessions else []
+        return [s for s in self._ranked if self.ledger.holds(s.request_id)]
+
     def _make_room(
         self,
         req: Request,
@@ -107,23 +132,23 @@ class KVMemory:
         now: float,
         evicted: list[str],
     ) -> bool:
+        """Make room for ``req`` (see the module docstring); False when it waits."""
         rid = req.spec.request_id
         if self.ledger.can_reserve(rid, target):
             return True
         holds = self.ledger.holds(rid)
-        is_new = not holds and rid not in self.spilled and req.num_output_tokens == 0
-        sessions = [self._session(residents[r], model, now) for r in self._parked if self.ledger.holds(r)]
-        victims = self._cover(rid, target, self.policy.order(sessions, model))
-        if victims is not None and (
-            not is_new or self.policy.may_admit_by_spilling(victims, model, req.spec.max_tokens, size)
-        ):
+        victims = self._cover(rid, target, self._parked_ranked(residents, model, now))
+        # A request under way here takes what it needs; one without KV here displaces parked sessions only when
+        # the policy finds it worth their recompute, or when this model would otherwise stand idle.
+        allowed = holds or not chosen or self.policy.may_admit_by_spilling(victims or [], model, req, size)
+        if victims is not None and allowed:
             self._spill([v.request_id for v in victims], evicted, preempted=False)
             return True
-        if is_new and rid not in self.stats.waited:
+        if not holds and rid not in self.spilled and req.num_output_tokens == 0 and rid not in self.stats.waited:
             self.stats.waited.add(rid)
             self.stats.num_admission_waits += 1
         if not holds:
-            return False  # it waits for room: only a request under way here may push others out
+            return False  # it waits for room: only a request under way here may preempt others
         return self._preempt(req, target, ready, chosen, residents, model, now, evicted)
 
     def _preempt(
@@ -140,14 +165,14 @@ class KVMemory:
         """Free parked sessions and waiting requests not in this step (newest first) until ``req`` fits; False if
         nothing will do."""
         rid = req.spec.request_id
-        parked = [self._session(residents[r], model, now) for r in self._parked if self.ledger.holds(r)]
+        parked = self._parked_ranked(residents, model, now)
         taken = {id(r) for r in chosen}
         waiting = [
             self._session(r, model, now)
             for r in reversed(ready)
             if r is not req and id(r) not in taken and self.ledger.holds(r.spec.request_id)
         ]
-        victims = self._cover(rid, target, [*self.policy.order(parked, model), *waiting])
+        victims = self._cover(rid, target, [*parked, *waiting])
         if victims is None:
             return False
         num_parked = sum(1 for v in victims if v.request_id in self._parked)

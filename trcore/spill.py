@@ -4,9 +4,10 @@ A *parked session* holds KV on this model while another model continues its requ
 blocks; if it comes back, its context is recomputed (one extend step). Three policies, by name:
 
 * ``cost`` (default): keep the sessions whose KV is worth most per block, value = chance of returning before the
-  request ends x the time to recompute its context. A new request may spill sessions to get in only when that
-  expected recompute costs less than what running it now saves (its tokens ride along in steps that run anyway);
-  otherwise it waits at admission.
+  request ends x the time to recompute its context. A request without KV here may spill sessions to get in only
+  when that expected recompute costs less than what running it saves while they are away (its tokens ride along
+  in steps that run anyway, for as many steps as the victims are expected to stay on the other model); otherwise
+  it waits (a new one at admission). Sessions that bounce back within a step or two are never worth spilling.
 * ``lru``: spill the session parked longest ago; new requests always get in.
 * ``admission-limit``: never spill; a request is admitted on a model only once its whole worst-case footprint
   (prompt + max_tokens) is reserved there, so running requests never run out.
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from trcore.errors import ConfigError
+from trcore.request import Request
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,9 @@ class SpillPolicy:
         return sorted(sessions, key=lambda s: s.parked_since)
 
     def may_admit_by_spilling(
-        self, victims: Sequence[ParkedSession], model: int, new_tokens: int, batch_size: int
+        self, victims: Sequence[ParkedSession], model: int, request: Request, batch_size: int
     ) -> bool:
+        """Whether ``request``, which holds no KV here, may spill ``victims`` to step in a batch of ``batch_size``."""
         return True
 
 
@@ -113,12 +116,22 @@ class CostSpill(SpillPolicy):
 
         return sorted(sessions, key=value_per_block)
 
+    def expected_away_steps(self, session: ParkedSession, model: int) -> float:
+        """Steps the session is expected to stay away (1 without routing statistics: assume it comes straight back)."""
+        if self.routing is None:
+            return 1.0
+        move = self.routing[session.location][model]
+        return float(session.num_remaining) if move <= 0 else min(float(session.num_remaining), 1.0 / move)
+
     def may_admit_by_spilling(
-        self, victims: Sequence[ParkedSession], model: int, new_tokens: int, batch_size: int
+        self, victims: Sequence[ParkedSession], model: int, request: Request, batch_size: int
     ) -> bool:
+        if not victims:
+            return False
         loss = sum(self.expected_recompute_s(v, model) for v in victims)
-        gain = new_tokens * self.cost.saving_per_token_s(batch_size)
-        return loss <= gain
+        remaining = request.spec.max_tokens - request.num_output_tokens
+        ride = min(float(remaining), min(self.expected_away_steps(v, model) for v in victims))
+        return loss <= ride * self.cost.saving_per_token_s(batch_size)
 
 
 SPILL_POLICIES: dict[str, type[SpillPolicy]] = {p.name: p for p in (CostSpill, LRUSpill, AdmissionLimit)}

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.factories import HashModel, ScriptedProgram, make_arrival, make_step, run_system
+from tests.factories import HashModel, ScriptedProgram, make_arrival, make_spec, make_step, run_system
 from trcore import (
     BatchingPolicy,
     ConfigError,
@@ -71,14 +71,29 @@ def test_cost_return_probability_from_routing_statistics():
     assert [s.request_id for s in policy.order([long, short], model=0)] == ["short", "long"]
 
 
-def test_cost_admission_compares_expected_recompute_with_the_saving():
-    victims = [session("v", 4, 100, 0.0)]
-    # recompute 100 tokens * 0.01 s = 1 s, certain to return; saving per token at batch 4 = base / 4.
-    cheap_steps = CostSpill(StepCost(base_s=0.02, per_request_s=0.0, extend_s=0.01))
-    assert not cheap_steps.may_admit_by_spilling(victims, 0, new_tokens=100, batch_size=4)  # 0.5 s < 1 s
-    dear_steps = CostSpill(StepCost(base_s=0.08, per_request_s=0.0, extend_s=0.01))
-    assert dear_steps.may_admit_by_spilling(victims, 0, new_tokens=100, batch_size=4)  # 2 s > 1 s
-    assert LRUSpill().may_admit_by_spilling(victims, 0, new_tokens=1, batch_size=1)
+def waiting_request(max_tokens=100):
+    from trcore import Request
+
+    return Request(
+        spec=make_spec("x", num_prompt_tokens=4, max_tokens=max_tokens), token_ids=[1, 2, 3, 4], anchors=[0, 0]
+    )
+
+
+def test_cost_admission_compares_expected_recompute_with_what_rides_along_while_the_victims_are_away():
+    # The victim holds 100 tokens (recompute 100 * 0.01 s = 1 s), is at model 1 and comes back with 1% per step:
+    # away 100 steps. The new request rides along for min(its 100 tokens, 100) steps at base / 4 saved per token.
+    routing = [[0.9, 0.1], [0.01, 0.99]]
+    victims = [session("v", 4, 100, 0.0, location=1, remaining=1000)]
+    cheap_steps = CostSpill(StepCost(base_s=0.02, per_request_s=0.0, extend_s=0.01), routing)
+    assert not cheap_steps.may_admit_by_spilling(victims, 0, waiting_request(), batch_size=4)  # 0.5 s < 1 s
+    dear_steps = CostSpill(StepCost(base_s=0.08, per_request_s=0.0, extend_s=0.01), routing)
+    assert dear_steps.may_admit_by_spilling(victims, 0, waiting_request(), batch_size=4)  # 2 s > 1 s
+    assert not dear_steps.may_admit_by_spilling(victims, 0, waiting_request(max_tokens=10), batch_size=4)  # 0.2 s
+    bouncing = CostSpill(StepCost(base_s=0.08, per_request_s=0.0, extend_s=0.01), [[0.9, 0.1], [1.0, 0.0]])
+    assert not bouncing.may_admit_by_spilling(victims, 0, waiting_request(), batch_size=4)  # back next step
+    ending = [session("e", 4, 100, 0.0, location=1, remaining=0)]  # ends on model 1: its KV is never needed
+    assert bouncing.may_admit_by_spilling(ending, 0, waiting_request(), batch_size=4)
+    assert LRUSpill().may_admit_by_spilling(victims, 0, waiting_request(), batch_size=1)
     with pytest.raises(ConfigError, match="valid: admission-limit, cost, lru"):
         spill_policy("fifo")
 
@@ -120,18 +135,32 @@ def test_parked_session_is_spilled_for_a_running_request_and_recomputed_on_retur
 
 
 def test_new_request_waits_at_admission_when_spilling_costs_more():
-    # Bouncing sessions with long contexts, cheap steps: spilling to admit would cost more than it saves.
-    dear = StepCost(base_s=0.001, per_request_s=0.0, extend_s=0.01)
-    mem = KVMemory(KVBudget(num_blocks=4, block_size=4), CostSpill(dear))
-    sub = small_model(mem, {"r0": [(1, True)]})
-    sub.receive(make_arrival("r0", prompt=tuple(range(15)), max_tokens=8), 0.0)
-    step(sub, [10], 1.0)  # r0 parks with 4 blocks
-    sub.receive(make_arrival("r1", prompt=(1, 2), max_tokens=8), 2.0)
-    assert sub.launch(3.0) is None and mem.stats.num_admission_waits == 1
-    assert sub.launch(4.0) is None and mem.stats.num_admission_waits == 1  # one request, counted once
+    # r0 parks with 3 blocks and comes straight back (no routing statistics): spilling it to let r1 in would
+    # cost its recompute (11 tokens * 0.01 s) for one step's ride (0.001 s / 2). r2, resident and ready, keeps
+    # the model busy, so r1 waits.
+    mem = KVMemory(KVBudget(num_blocks=5, block_size=4), CostSpill(StepCost(base_s=0.001, extend_s=0.01)))
+    sub = small_model(mem, {"r0": [(1, True)], "r2": [(0, True)] * 8})
+    sub.receive(make_arrival("r0", prompt=tuple(range(11)), max_tokens=8), 0.0)
+    sub.receive(make_arrival("r2", prompt=(1, 2, 3), max_tokens=8), 0.0)
+    step(sub, [10, 20], 1.0)  # r0 parks with 3 blocks, r2 holds 1
+    sub.receive(make_arrival("r1", prompt=(1, 2, 3, 4, 5, 6), max_tokens=8), 2.0)  # needs 2 blocks, 1 free
+    batch, _ = step(sub, [21], 3.0)
+    assert batch.request_ids == ["r2"] and batch.evicted == () and mem.stats.num_admission_waits == 1
+    batch, _ = step(sub, [22], 4.0)
+    assert batch.request_ids == ["r2"] and mem.stats.num_admission_waits == 1  # one request, counted once
     sub.abort("r0")  # finished elsewhere: its blocks come back
     batch = sub.launch(5.0)
-    assert batch is not None and batch.request_ids == ["r1"] and batch.evicted == ()
+    assert batch is not None and batch.request_ids == ["r1", "r2"] and batch.evicted == ()  # all fit: ready order
+
+
+def test_an_idle_model_lets_a_request_in_by_spilling_rather_than_stand_still():
+    mem = KVMemory(KVBudget(num_blocks=4, block_size=4), CostSpill())
+    sub = small_model(mem, {"r0": [(1, True)]})
+    sub.receive(make_arrival("r0", prompt=tuple(range(15)), max_tokens=8), 0.0)
+    step(sub, [10], 1.0)  # r0 parks with all 4 blocks
+    sub.receive(make_arrival("r1", prompt=(1, 2), max_tokens=8), 2.0)
+    batch = sub.launch(3.0)
+    assert batch is not None and batch.request_ids == ["r1"] and batch.evicted == ("r0",)
 
 
 def test_running_request_preempts_the_newest_waiting_one_when_nothing_is_parked():
