@@ -15,10 +15,10 @@ from trserve.bench.matched import matched_rows, matched_table, quality_for
 from trserve.bench.report import run_item
 from trserve.bench.systems import BENCH_SYSTEMS, ROUTER_PARAMS, SYSTEMS, check_names
 from trserve.bench.vllm_server import vllm_server_args, vllm_server_environment
-from trserve.server.defaults import DEFAULT_CONFIG
+from trserve.server.defaults import DEFAULT_CONFIG, OPERATING_POINTS
 
 ROOT = Path(__file__).resolve().parents[3]
-POINTS = json.loads((ROOT / "models/local-smollm2/operating_points.json").read_text())
+POINTS = json.loads(OPERATING_POINTS.read_text())
 
 
 def _cell(system: str, router: str, params: dict | None, tok_s: float, n: int = 8, base: dict = DEFAULT_CONFIG) -> Cell:
@@ -29,8 +29,10 @@ def _cell(system: str, router: str, params: dict | None, tok_s: float, n: int = 
 
 
 def test_the_bench_runs_every_routed_program_at_its_committed_operating_point() -> None:
-    for program in ("rstitch", "r2r", "citer"):
-        assert ROUTER_PARAMS[program] == POINTS[program]["params"], program
+    # The committed points' parameters written out (docs/quality.md), not read from the file the bench reads.
+    committed = {"rstitch": {"tau": 4.0, "tau_back": 0.0}, "r2r": {"threshold": 0.25}, "citer": {"threshold": 0.55}}
+    for program, params in committed.items():
+        assert ROUTER_PARAMS[program] == params, program
 
 
 @pytest.mark.parametrize("program", ["rstitch", "r2r", "citer"])

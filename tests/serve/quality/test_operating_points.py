@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from trcore.errors import ConfigError
 from trserve.bench.systems import ROUTER_PARAMS
 from trserve.server.defaults import DEFAULT_PROGRAM, default_config, load_operating_points, operating_point
 from trserve.server.demo import operating_point_line
@@ -25,11 +28,25 @@ def test_every_operating_point_is_a_row_of_the_committed_results() -> None:
         assert all("Paris" in a for a in point["probe_answers"].values())
 
 
+#: The committed operating points' parameters, written out here (models/local-smollm2/operating_points.json,
+#: docs/quality.md): what the default config and the bench must route at.
+COMMITTED = {"rstitch": {"tau": 4.0, "tau_back": 0.0}, "r2r": {"threshold": 0.25}, "citer": {"threshold": 0.55}}
+
+
 def test_default_config_and_bench_route_at_the_operating_points() -> None:
-    assert default_config().router.program == DEFAULT_PROGRAM
-    assert default_config().router.params == operating_point(DEFAULT_PROGRAM)["params"]
-    for program in ("rstitch", "r2r"):
-        assert ROUTER_PARAMS[program] == operating_point(program)["params"]
+    assert {program: load_operating_points()[program]["params"] for program in COMMITTED} == COMMITTED
+    assert default_config().router.program == DEFAULT_PROGRAM == "rstitch"
+    assert default_config().router.params == COMMITTED["rstitch"]
+    for program, params in COMMITTED.items():
+        assert ROUTER_PARAMS[program] == params, program
+
+
+def test_operating_point_reads_the_file_it_is_given(tmp_path: Path) -> None:
+    path = tmp_path / "points.json"
+    path.write_text(json.dumps({"r2r": {"params": {"threshold": 0.5}, "large_share": 0.4, "accuracy": 0.7}}))
+    assert operating_point("r2r", path) == {"params": {"threshold": 0.5}, "large_share": 0.4, "accuracy": 0.7}
+    with pytest.raises(ConfigError, match=r"no operating point for 'citer' in .*points\.json"):
+        operating_point("citer", path)
 
 
 def test_demo_names_the_operating_point_or_says_there_is_none() -> None:
