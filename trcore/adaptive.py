@@ -15,7 +15,7 @@ from typing import Any
 
 from trcore.adaptive_window import Observation, ObservationWindow, WindowEstimate
 from trcore.errors import ConfigError
-from trcore.policy import policies_for
+from trcore.policy import BatchingPolicy, policies_for
 
 
 @dataclass(frozen=True)
@@ -220,6 +220,13 @@ class AdaptiveController:
             "last_retune": last.to_dict() if last else None,
             "num_switches": len(self.switches),
         }
+
+
+def policy_for_vector(policy: BatchingPolicy, vector: Sequence[int], model: int) -> BatchingPolicy:
+    """Model ``model``'s policy under a new threshold vector: its entry, its peers' slack (so the vector stays
+    deadlock-free as requests finish), no table; max wait and max batch kept. Every driver switches this way."""
+    b = int(vector[model])
+    return replace(policy, threshold=b, table={}, peer_slack=sum(x - 1 for x in vector) - (b - 1))
 
 
 def in_force(thresholds: Sequence[int], num_active: int) -> tuple[int, ...]:

@@ -44,16 +44,33 @@ class AutoThresholdsConfig(StrictSection):
     drift_tolerance: float = Field(0.05, gt=0.0, lt=1.0)
 
 
+class AdaptiveThresholdsConfig(StrictSection):
+    """Knobs of ``thresholds: adaptive`` (``trcore.adaptive.AdaptiveConfig``; docs/serving.md): the controller's
+    sliding window, the predicted gain a switch needs, the time between switches and between solves; ``tick_s``
+    between the front end's decisions; ``initial``: the vector in force until the first switch (default all 1)."""
+
+    window_s: float = Field(10.0, gt=0)
+    min_gain: float = Field(0.02, ge=0.0, lt=1.0)
+    min_interval_s: float = Field(10.0, ge=0)
+    min_steps: int = Field(200, ge=1)
+    tolerance: float = Field(0.02, ge=0)
+    solve_interval_s: float = Field(5.0, ge=0)
+    method: Literal["auto", "sampled", "exact"] = "auto"
+    tick_s: float = Field(1.0, gt=0)
+    initial: list[int] | None = None
+
+
 class BatchingConfig(StrictSection):
     """Delayed batching per model: thresholds ``B_i`` (or ``auto``), optional tables keyed by the number of
     active requests, a maximum wait for a short queue, and the largest batch (default: the model's
     ``max_num_seqs``)."""
 
-    thresholds: list[int] | Literal["auto"] | None = None
+    thresholds: list[int] | Literal["auto", "adaptive"] | None = None
     tables: list[dict[int, int]] | None = None
     max_wait_ms: float | None = Field(20.0, ge=0)
     max_batch: int | None = Field(None, ge=1)
     auto: AutoThresholdsConfig = AutoThresholdsConfig()
+    adaptive: AdaptiveThresholdsConfig = AdaptiveThresholdsConfig()
 
 
 class MemoryConfig(StrictSection):

@@ -4,8 +4,9 @@ takes effect at each model's next launch, a step boundary; nothing in flight is 
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
+
+from trcore.adaptive import policy_for_vector
 
 if TYPE_CHECKING:
     from trcore import Subserver
@@ -26,10 +27,8 @@ class ThresholdDriving:
     def apply_thresholds(self, thresholds: tuple[int, ...]) -> None:
         """A new threshold vector on every subserver (tables dropped), each policy knowing its peers' slack so
         the vector stays deadlock-free as requests finish; an idle model with a queue decides again now."""
-        slack = sum(b - 1 for b in thresholds)
         for p, sub in enumerate(self.subservers):
-            b = thresholds[sub.model]
-            sub.policy = replace(sub.policy, threshold=b, table={}, peer_slack=slack - (b - 1))
+            sub.policy = policy_for_vector(sub.policy, thresholds, sub.model)
             if sub.num_ready:
                 self._wake_model(p)
 

@@ -108,6 +108,7 @@ def create_app(ctx: ServerContext) -> Any:
             "workers": [s.__dict__ for s in states],
             "inboxes": {"frontend": fe.mailbox.address, **{str(p): a for p, a in fe.mailbox.addresses.items()}},
             "received": dict(fe.mailbox.counts),
+            "adaptive": fe.tuner.state() if fe.tuner is not None else None,
         }
 
     @app.post("/v1/completions")

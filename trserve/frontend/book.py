@@ -20,7 +20,8 @@ from trserve.frontend.generation import Failure, Generation, Overloaded, Unavail
 from trserve.frontend.metrics import Metrics
 from trserve.frontend.pinning import Pinning
 from trserve.frontend.probes import Prober
-from trserve.runtime.messages import Abort, Failed, Finished, Ready, State, StepReport
+from trserve.frontend.tuner import Tuner
+from trserve.runtime.messages import Abort, Failed, Finished, Ready, State, StepReport, Thresholds
 from trserve.runtime.reports import touched_requests
 from trserve.runtime.transport import CurveKeys
 from trserve.runtime.unix_async import open_async_mailbox
@@ -71,6 +72,8 @@ class FrontEnd:
         self.mailbox = open_async_mailbox(inbox_address, inboxes, keys)
         self.counts = CountPublisher(num_subservers, self.mailbox)
         self.prober = Prober(self.mailbox.send)  # not self.send: no reference cycle back to the front end
+        #: ``thresholds: adaptive``: the controller fed by step reports (:mod:`trserve.frontend.tuner`).
+        self.tuner: Tuner | None = None
         self._receiver: asyncio.Task[None] | None = None
 
     # -- wiring -----------------------------------------------------------------------------------------------
@@ -81,6 +84,8 @@ class FrontEnd:
         self.mailbox.rewire(proc, address)
         self.counts.connected_to(proc)
         self.publish_counts()
+        if self.tuner is not None:  # a (re)started worker starts from the run spec's thresholds
+            self.send(proc, Thresholds(self.tuner.thresholds))
 
     def disconnect(self, proc: int) -> None:
         """Process ``proc`` is (re)starting: drop what was queued for it; hold later messages until it reports
@@ -99,6 +104,8 @@ class FrontEnd:
         self._receiver = asyncio.get_running_loop().create_task(self._receive_forever())
 
     async def close(self) -> None:
+        if self.tuner is not None:
+            self.tuner.stop()
         if self._receiver is not None:
             self._receiver.cancel()
         self.mailbox.close()
@@ -246,6 +253,8 @@ class FrontEnd:
 
     def _on_step(self, report: StepReport) -> None:
         self.metrics.observe_step(report)
+        if self.tuner is not None:
+            self.tuner.on_step(report)
         if self.pinning is not None:
             self.pinning.on_report(report)
         now = time.monotonic()

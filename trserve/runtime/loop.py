@@ -15,6 +15,7 @@ from functools import partial
 from typing import Any, Protocol, cast
 
 from trcore import Batch, PeerReq, Subserver
+from trcore.adaptive import policy_for_vector
 from trcore.replicas import ReplicaTable
 from trserve.engine.types import Engine, EngineStepError, OverlappingEngine, StepItem, TokenOut
 from trserve.runtime.messages import (
@@ -27,6 +28,7 @@ from trserve.runtime.messages import (
     Rewire,
     Shutdown,
     State,
+    Thresholds,
     incarnation_of,
 )
 from trserve.runtime.reports import (
@@ -142,6 +144,8 @@ class SubserverLoop:
                 self._receive(req)
         elif isinstance(msg, Active):
             self.sub.num_active = msg.count
+        elif isinstance(msg, Thresholds):
+            self.sub.policy = policy_for_vector(self.sub.policy, msg.vector, self.sub.model)
         elif isinstance(msg, Abort):
             self._forget(msg.request_id, msg.incarnation)
         elif isinstance(msg, Probe):

@@ -56,6 +56,14 @@ class Active:
 
 
 @dataclass(frozen=True)
+class Thresholds:
+    """A new threshold vector (one per model) from the adaptive controller: the subserver takes its model's entry
+    and its peers' slack, drops its table, and applies it at its next launch (a step boundary)."""
+
+    vector: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Probe:
     """Ask a subserver for its :class:`State` now (``detail``: also count live Python objects, ~0.1 s)."""
 

@@ -19,6 +19,7 @@ from trserve.frontend.app import ServerContext, create_app
 from trserve.frontend.book import FrontEnd
 from trserve.frontend.metrics import Metrics
 from trserve.frontend.pinning import Pinning
+from trserve.frontend.tuner import Tuner
 from trserve.pairs.check import check_pair
 from trserve.runtime.endpoints import Endpoints
 from trserve.runtime.placement import Placement, merge, place_models, place_processes
@@ -172,7 +173,25 @@ def start_frontend(
         pinning=pinning,
     )
     frontend.start()
+    if cfg.mode == "routed" and cfg.batching.thresholds == "adaptive":
+        frontend.tuner = _tuner(cfg, spec, frontend, metrics)
+        frontend.tuner.start()
     return frontend, metrics
+
+
+def _tuner(cfg: ServeConfig, spec: RunSpec, frontend: FrontEnd, metrics: Metrics) -> Tuner:
+    """The adaptive controller, from the run spec's thresholds (``batching.adaptive.initial`` or all 1)."""
+    caps = [cfg.batching.max_batch or m.max_num_seqs for m in cfg.models]
+    return Tuner(
+        cfg.batching.adaptive,
+        spec.thresholds,
+        entry_model=cfg.entry_model,
+        max_batch=caps,
+        model_names=[m.name for m in cfg.models],
+        registry=metrics.registry,
+        broadcast=frontend.broadcast,
+        num_active=lambda: frontend.num_active,
+    )
 
 
 def _entry_process(cfg: ServeConfig) -> int:

@@ -1,0 +1,85 @@
+"""The server's adaptive tuner without a server: step reports scripted by hand become the controller's window
+(routes, kept tokens, finishes to the entry model, step times), a collapsed vector is switched away from in one
+``Thresholds`` message to every subserver, and the gauges show it."""
+
+import asyncio
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from trserve.config import AdaptiveThresholdsConfig
+from trserve.frontend.tuner import Tuner
+from trserve.runtime.messages import Finished, StepReport, Thresholds
+
+#: The issue's collapse case (N = 8, P = [[0.85, 0.15], [0.5, 0.5]]) with the issue's batch-1 step times.
+STEP_S = (0.006, 0.0279)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def report(model: int, stays: int, moves: int, dropped: int = 0, finished: int = 0) -> StepReport:
+    """A batch-4 step of ``model``: ``stays`` requests stay (token kept), ``moves`` go to the other model (kept),
+    ``dropped`` go there with their token dropped, ``finished`` end here."""
+    other = 1 - model
+    routes = [(f"s{k}", model, 1, None) for k in range(stays)]
+    routes += [(f"m{k}", other, 1, None) for k in range(moves + dropped)]
+    tokens = [(rid, 0, (7,)) for rid, *_ in routes[: stays + moves]]
+    done = [Finished(f"f{k}", (7,), "length") for k in range(finished)]
+    size = stays + moves + dropped + finished
+    return StepReport(model, size, size, STEP_S[model], 0, size, moves, 0.0, tokens, done, [], routes)
+
+
+def tuner(thresholds, sent, clock, **knobs):
+    cfg = AdaptiveThresholdsConfig(window_s=10.0, min_steps=100, **knobs)
+    return Tuner(
+        cfg, thresholds, entry_model=0, max_batch=[8, 8], model_names=["small", "large"],
+        registry=CollectorRegistry(), broadcast=sent.append, num_active=lambda: 8, clock=clock, say=lambda _: None,
+    )  # fmt: skip
+
+
+def feed(t: Tuner) -> None:
+    for _ in range(50):  # 850 / 150 from the small model, 500 / 500 from the large (finishes count as to 0)
+        t.on_step(report(0, stays=17, moves=3))
+        t.on_step(report(1, stays=10, moves=9, finished=1))
+
+
+def test_reports_become_the_window_by_hand():
+    sent, clock = [], Clock()
+    t = tuner((1, 1), sent, clock)
+    t.on_step(report(0, stays=2, moves=1, dropped=1))
+    t.on_step(report(1, stays=1, moves=0, finished=2))
+    obs = t.builder.flush(1.0)
+    assert obs.transitions == ((2, 2), (2, 1)) and obs.kept == ((2, 1), (2, 1))
+    assert obs.steps[0] == {4: (1, 0.006)} and obs.steps[1] == {3: (1, 0.0279)}
+
+
+def test_a_collapsed_vector_is_switched_in_one_message_to_all():
+    sent, clock = [], Clock()
+    t = tuner((8, 1), sent, clock)
+    feed(t)
+    clock.t = 5.0
+    retune = asyncio.run(t.tick())
+    assert retune is not None and retune.applied and retune.old == (8, 1)
+    assert retune.inputs.P[0] == (0.85, 0.15) and retune.inputs.P[1] == (0.5, 0.5)
+    assert sent == [Thresholds(retune.new)] and t.thresholds == retune.new and retune.new[0] < 8
+    text = generate_latest(t.registry).decode()
+    assert f'tokenrouter_adaptive_thresholds{{model="small"}} {float(retune.new[0])}' in text
+    assert 'tokenrouter_adaptive_p{dst="large",src="small"} 0.15' in text
+    assert "tokenrouter_adaptive_switches_total 1.0" in text
+    state = t.state()
+    assert state["thresholds"] == list(retune.new) and state["switches"][0]["old"] == [8, 1]
+
+
+def test_stationary_reports_send_nothing_more():
+    sent, clock = [], Clock()
+    t = tuner((8, 1), sent, clock, min_interval_s=0.0)
+    for k in range(1, 6):
+        feed(t)
+        clock.t = 5.0 * k
+        asyncio.run(t.tick())
+    assert len(sent) == 1 and t.controller.num_solves == 1

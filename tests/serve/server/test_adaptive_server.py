@@ -1,0 +1,48 @@
+"""``batching.thresholds: adaptive`` through the whole server on the hash engine (starts in seconds): the answers
+are the reference's (a re-tune restarts nothing), the controller's window fills from the step reports, and
+``/metrics`` and ``/debug/state`` show the thresholds in force, the learned P and C, predicted and measured
+throughput."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.serve.engine_support import model_dirs
+from tests.serve.server.test_tcp import NUM_STREAMS, answers, expected_tokens
+from tests.serve.server_fixtures import Served, server_config, start_served
+
+ADAPTIVE = {"window_s": 2.0, "tick_s": 0.25, "min_steps": 20, "min_interval_s": 0.5, "solve_interval_s": 0.5}
+
+
+@pytest.fixture(scope="module")
+def adaptive_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    dirs = model_dirs()
+    config = server_config(dirs, backend="hash")
+    config["batching"] = {"thresholds": "adaptive", "max_wait_ms": 20.0, "adaptive": {**ADAPTIVE, "initial": [3, 2]}}
+    yield from start_served(tmp_path_factory.mktemp("adaptive-server"), config, dirs)
+
+
+def test_adaptive_server_answers_and_shows_its_controller(adaptive_server: Served):
+    for _ in range(3):  # a few rounds, so the controller has windows to decide on while requests run
+        assert asyncio.run(answers(adaptive_server)) == [expected_tokens(i) for i in range(NUM_STREAMS)]
+    time.sleep(1.0)  # a tick after the traffic
+    adaptive = adaptive_server.state()["adaptive"]
+    assert adaptive is not None and adaptive["num_observations"] >= 1
+    assert adaptive["last_retune"] is not None, adaptive  # the window held enough steps to solve
+    inputs = adaptive["last_retune"]["inputs"]
+    assert inputs["num_steps"][0] > 0 and inputs["num_steps"][1] > 0
+    assert inputs["P"][0][1] == pytest.approx(0.3, abs=0.1)  # the schedule program's hand-off probability
+    for _ in range(5):  # the window empties after the traffic, so a switch may land between two reads
+        before = adaptive_server.state()["adaptive"]["thresholds"]
+        with adaptive_server.client() as client:
+            text = client.get("/metrics").text
+        if adaptive_server.state()["adaptive"]["thresholds"] == before:
+            break
+    for name in ("thresholds", "p", "c", "predicted_tok_s", "measured_tok_s", "switches_total"):
+        assert f"tokenrouter_adaptive_{name}" in text, name
+    lines = [line for line in text.splitlines() if line.startswith("tokenrouter_adaptive_thresholds{")]
+    assert f'tokenrouter_adaptive_thresholds{{model="large"}} {float(before[0])}' in lines, (before, lines)

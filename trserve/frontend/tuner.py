@@ -1,0 +1,168 @@
+"""``batching.thresholds: adaptive`` in the server: the core's controller (:mod:`trcore.adaptive`) fed by the
+subservers' step reports, run off the hot path in the front end process.
+
+Each step report adds its step time by batch size, every request's routing decision (``routes``: the model
+that continues it; kept when its output grew; a finished request counts as going back to the entry model) and
+the active count to the current span; every ``tick_s`` an asyncio task closes the span, hands it to the
+controller and asks for a decision in a worker thread (a solve never blocks the event loop, and steps run in
+the subserver processes anyway). A switch goes to every subserver in one :class:`Thresholds` message, applied
+at its next launch; a worker that (re)connects is sent the vector in force. Every solve is logged with its
+inputs and predicted gain; ``/metrics`` and ``/debug/state`` show what the controller sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from trcore.adaptive import AdaptiveConfig, AdaptiveController, Retune
+from trcore.adaptive_window import ObservationBuilder
+from trserve.config import AdaptiveThresholdsConfig
+from trserve.runtime.messages import StepReport, Thresholds
+
+log = logging.getLogger(__name__)
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+class Tuner:
+    """The adaptive controller of one server. ``broadcast`` sends a message to every live subserver;
+    ``num_active`` reads the front end's active count; ``clock`` is the monotonic clock (seconds)."""
+
+    def __init__(
+        self,
+        cfg: AdaptiveThresholdsConfig,
+        thresholds: Sequence[int],
+        *,
+        entry_model: int,
+        max_batch: Sequence[int],
+        model_names: Sequence[str],
+        registry: CollectorRegistry,
+        broadcast: Callable[[Any], None],
+        num_active: Callable[[], int],
+        clock: Callable[[], float] = time.monotonic,
+        say: Callable[[str], None] = _stderr,
+    ) -> None:
+        knobs = cfg.model_dump(exclude={"tick_s", "initial"})
+        self.controller = AdaptiveController(AdaptiveConfig(**knobs), thresholds, max_batch=max_batch)
+        self.cfg, self.entry_model, self.names = cfg, entry_model, list(model_names)
+        self.broadcast, self.num_active, self.clock, self.say = broadcast, num_active, clock, say
+        self.started = clock()
+        self.builder = ObservationBuilder(len(self.names), 0.0)
+        self._tokens: deque[tuple[float, int]] = deque()  # (span end, tokens committed in it)
+        self._span_tokens = 0
+        self._task: asyncio.Task[None] | None = None
+        self._gauges(registry)
+
+    def _gauges(self, reg: CollectorRegistry) -> None:
+        self.registry = reg
+        self.g_thresholds = Gauge("tokenrouter_adaptive_thresholds", "Threshold in force", ["model"], registry=reg)
+        self.g_P = Gauge("tokenrouter_adaptive_p", "Learned routing P[src][dst]", ["src", "dst"], registry=reg)
+        self.g_C = Gauge("tokenrouter_adaptive_c", "Learned kept share C[src][dst]", ["src", "dst"], registry=reg)
+        self.g_concurrency = Gauge("tokenrouter_adaptive_concurrency", "Concurrency the window saw", registry=reg)
+        self.g_predicted = Gauge(
+            "tokenrouter_adaptive_predicted_tok_s", "Model throughput of the vector in force", registry=reg
+        )
+        self.g_measured = Gauge("tokenrouter_adaptive_measured_tok_s", "Committed tok/s over the window", registry=reg)
+        self.c_switches = Counter("tokenrouter_adaptive_switches", "Threshold switches", registry=reg)
+        self._show_thresholds()
+
+    @property
+    def thresholds(self) -> tuple[int, ...]:
+        return self.controller.thresholds
+
+    def now(self) -> float:
+        return self.clock() - self.started
+
+    # -- fed by the front end on every step report (cheap: counters only) --------------------------------------
+
+    def on_step(self, report: StepReport) -> None:
+        b, model = self.builder, report.model
+        b.set_active(self.num_active(), self.now())
+        b.record_step(model, report.batch_size, report.step_s)
+        grown = {rid for rid, _, tokens in report.tokens if tokens}
+        for rid, dest, _, _ in report.routes:
+            b.record_route(model, dest, rid in grown)
+        for _ in report.finished:
+            b.record_route(model, self.entry_model, True)
+        self._span_tokens += sum(len(t) for _, _, t in report.tokens) + len(report.finished)
+
+    # -- the decision loop ---------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.tick_s)
+            try:
+                await self.tick()
+            except Exception:  # a failed solve must not stop the tuner
+                log.exception("adaptive thresholds: decision failed")
+
+    async def tick(self) -> Retune | None:
+        """Close the span, and decide in a worker thread; a switch goes to every subserver."""
+        now = self.now()
+        self.controller.observe(self.builder.flush(now))
+        self._tokens.append((now, self._span_tokens))
+        self._span_tokens = 0
+        while self._tokens and self._tokens[0][0] <= now - self.cfg.window_s:
+            self._tokens.popleft()
+        retune = await asyncio.to_thread(self.controller.decide, now)
+        self._show(retune)
+        if retune is not None and retune.applied:
+            self.broadcast(Thresholds(retune.new))
+        return retune
+
+    def _show(self, retune: Retune | None) -> None:
+        span = self.controller.window.span_s
+        self.g_measured.set(sum(n for _, n in self._tokens) / span if span > 0 else 0.0)
+        est = self.controller.last_estimate
+        if est is not None:
+            self.g_concurrency.set(est.concurrency)
+            for i, row in enumerate(est.P):
+                for j, p in enumerate(row):
+                    self.g_P.labels(self.names[i], self.names[j]).set(p)
+                    self.g_C.labels(self.names[i], self.names[j]).set(est.routing.C[i][j])
+        if retune is None:
+            return
+        self.g_predicted.set(retune.predicted_tok_s if retune.applied else retune.current_tok_s)
+        if retune.applied:
+            self.c_switches.inc()
+            self._show_thresholds()
+        self.say(describe(retune))
+
+    def _show_thresholds(self) -> None:
+        for name, b in zip(self.names, self.thresholds, strict=True):
+            self.g_thresholds.labels(name).set(b)
+
+    def state(self) -> dict[str, Any]:
+        """The controller's window and last decision (``/debug/state``)."""
+        return {**self.controller.state(), "switches": [s.to_dict() for s in self.controller.switches[-20:]]}
+
+
+def describe(retune: Retune) -> str:
+    """One log line per solve: what it found, whether it switched, and the inputs."""
+    inputs = retune.inputs
+    verb = "switched" if retune.applied else f"kept ({retune.reason})"
+    scales = ", ".join(f"{row[0] * 1000:.1f}-{row[-1] * 1000:.1f} ms" for row in inputs.latency_s)
+    return (
+        f"tokenrouter: adaptive thresholds at {retune.time_s:.1f} s: {list(retune.old)} -> {list(retune.new)} {verb}; "
+        f"predicted {retune.predicted_gain:+.2%} ({retune.predicted_tok_s:.1f} vs {retune.current_tok_s:.1f} tok/s, "
+        f"{retune.method}); inputs: N={inputs.concurrency}, P={[[round(p, 3) for p in r] for r in inputs.P]}, "
+        f"C={[[round(c, 3) for c in r] for r in inputs.routing.C]}, steps {list(inputs.num_steps)} over "
+        f"{inputs.span_s:.1f} s, step time {scales}"
+    )
