@@ -84,8 +84,7 @@ def start_engine(spec: RunSpec, model: int, **overrides: Any) -> Engine:
     if spec.config.backend == "hash":
         return HashEngine(model, step_s=0.005)
     if spec.config.backend == "emulated":
-        latency = emulated_latency(spec, model)  # checks that the model has its emulated settings
-        return EmulatedEngine(model, latency, overlaps=spec.config.models[model].emulated.overlap)  # type: ignore[union-attr]
+        return EmulatedEngine.from_model_config(model, spec.config.models[model], seed=spec.config.seed + model)
     return StepEngine(engine_config(spec, model, **overrides))
 
 
