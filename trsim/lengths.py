@@ -8,7 +8,7 @@ import json
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,19 @@ class LengthDist:
         n = _SAMPLERS[self.kind](self, rng)
         n = max(n, self.minimum)
         return n if self.maximum is None else min(n, self.maximum)
+
+    def scaled(self, factor: float) -> LengthDist:
+        """The same shape with every length (value, bounds, median, samples, clip limits) times ``factor``, rounded
+        and at least 1: a preset shrunk so a short run covers several request lifetimes."""
+        if not factor > 0:
+            raise ConfigError("length_scale", f"must be > 0, got {factor}")
+
+        def n(x: float) -> int:
+            return max(1, round(x * factor))
+
+        return replace(self, value=n(self.value), low=n(self.low), high=max(n(self.high), n(self.low)),
+                       median=self.median * factor, values=tuple(n(v) for v in self.values), minimum=n(self.minimum),
+                       maximum=None if self.maximum is None else n(self.maximum))  # fmt: skip
 
     @property
     def mean_hint(self) -> float:

@@ -76,6 +76,11 @@ PRESETS: dict[str, WorkloadConfig] = {
         prompt_tokens=lognormal(100, 0.4, maximum=1024, minimum=8),
         output_tokens=lognormal(5000, 0.6, maximum=8192, minimum=64),
     ),
+    # The CPU pair's reasoning answers: the same prompts (at most 256 tokens), outputs of 256 to 1,024 tokens.
+    "short-reasoning-cpu": WorkloadConfig(
+        prompt_tokens=lognormal(100, 0.4, maximum=256, minimum=8),
+        output_tokens=lognormal(512, 0.4, maximum=1024, minimum=256),
+    ),
     # Agentic: ~8,192-token context, short outputs up to 1,024, four turns with tool output in between.
     "agentic": WorkloadConfig(
         prompt_tokens=lognormal(8192, 0.25, maximum=16384, minimum=1024),

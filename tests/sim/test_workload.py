@@ -40,7 +40,8 @@ def test_non_positive_rates_and_counts_are_rejected():
     for field, value in (("concurrency", 0), ("rate_per_s", 0.0), ("turns", 0), ("num_sessions", 0)):
         with pytest.raises(ConfigError, match=f"workload.{field}"):
             preset("short-reasoning", **{field: value})
-    with pytest.raises(ConfigError, match="valid: agentic, endless, long-reasoning, short-reasoning"):
+    valid = "valid: agentic, endless, long-reasoning, short-reasoning, short-reasoning-cpu"
+    with pytest.raises(ConfigError, match=valid):
         preset("chat")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -21,6 +22,20 @@ def _ints(text: str, field: str) -> tuple[int, ...]:
     return values
 
 
+def _lengths(preset: str | None, scale: float, base: dict[str, Any]) -> Any:
+    """The ``--lengths`` load, refused when its longest request exceeds a model's context."""
+    from trserve.bench.requests import Lengths
+
+    if preset is None:
+        return None
+    lengths = Lengths(preset, scale)
+    limit = min(int(m.get("max_model_len", 2048)) for m in base["models"])
+    if lengths.max_total_tokens > limit:
+        raise ConfigError("--lengths", f"{preset} x {scale} allows {lengths.max_total_tokens} tokens per request, "
+                          f"beyond max_model_len {limit}; lower --length-scale or raise max_model_len")  # fmt: skip
+    return lengths
+
+
 def _names(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
@@ -35,7 +50,11 @@ def bench(
     routers: str = typer.Option("rstitch,r2r", help="Routing programs (rstitch, r2r, citer: their operating points)."),
     concurrency: str = typer.Option("1,4,8,16", "--concurrency", "-n", help="Closed-loop concurrencies N."),
     repetitions: int = typer.Option(3, min=1, help="Measured windows per system, router and N."),
-    max_tokens: int = typer.Option(32, min=2, help="Output tokens per request."),
+    max_tokens: int = typer.Option(32, min=2, help="Output tokens per request (without --lengths)."),
+    lengths: str | None = typer.Option(
+        None, "--lengths", help="Lengths from a simulator preset: short-reasoning, long-reasoning, short-reasoning-cpu."
+    ),
+    length_scale: float = typer.Option(1.0, "--length-scale", help="Every length of --lengths times this."),
     warmup_s: float = typer.Option(1.5, min=0.0, help="Warm-up before each window (s)."),
     window_s: float = typer.Option(4.0, min=0.5, help="Measurement window (s)."),
     direct: bool = typer.Option(True, help="Also drive plain vLLM directly (the overhead reference)."),
@@ -82,7 +101,7 @@ def bench(
         raise ConfigError("systems", f"vllm-server needs real engines (backend: vllm), not {base.get('backend')!r}")
     base["server"]["max_active_requests"] = max(base["server"]["max_active_requests"], max(ns))
     ServeConfig.model_validate(base)
-    workload = Workload(max_tokens, warmup_s, window_s)
+    workload = Workload(max_tokens, warmup_s, window_s, lengths=_lengths(lengths, length_scale, base))
     check_num_models(len(base["models"]))  # before the probe starts engines
     costs = load_stack(stack, len(base["models"])) if stack is not None else None
     load_before = os.getloadavg()[0]

@@ -1,7 +1,9 @@
 """A closed-loop workload against one running server: ``N`` clients, each sending its next streamed request as
 soon as the previous one finished; throughput is counted over a measurement window after a warm-up.
 
-Every request asks for exactly ``max_tokens`` tokens (``ignore_eos``), greedy, so all systems do the same work.
+Every request asks for exactly ``max_tokens`` tokens (``ignore_eos``), greedy, so all systems do the same work; with
+``lengths`` (a simulator preset, ``trserve.bench.requests``) request ``i`` of client ``k`` has its own prompt and
+output lengths, the same in every run.
 Throughput is the server's own committed-token counter (``/metrics``) read at both ends of the window, so
 requests cut by the window edges count exactly for their part inside it; latencies come from the requests that
 finished inside the window.
@@ -10,6 +12,7 @@ finished inside the window.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 import time
 from collections.abc import Callable
@@ -18,7 +21,8 @@ from typing import Any
 
 import httpx
 
-from trserve.bench.stream import Connection
+from trserve.bench.requests import Lengths, request_body
+from trserve.bench.stream import Connection, StreamError
 
 #: Short chat-like prompts (plain completions: no chat template, so prompt lengths stay small and equal).
 PROMPTS = (
@@ -35,11 +39,16 @@ PROMPTS = (
 
 @dataclass(frozen=True)
 class Workload:
-    """What each client sends: ``max_tokens`` per request, after ``warmup_s`` measured for ``window_s``."""
+    """What each client sends: ``max_tokens`` per request (or, with ``lengths``, each request's drawn lengths and
+    token-id prompt; with ``routing`` = (P, C) too, its schedule for the ``schedule`` router), after ``warmup_s``
+    measured for ``window_s``. ``record_text``: keep a digest of every finished answer's text."""
 
     max_tokens: int = 32
     warmup_s: float = 3.0
     window_s: float = 10.0
+    lengths: Lengths | None = None
+    routing: tuple[list[list[float]], list[list[float]]] | None = None
+    record_text: bool = False
 
 
 @dataclass
@@ -48,6 +57,10 @@ class RequestRecord:
     first: float | None = None
     done: float | None = None
     num_tokens: int = 0
+    #: ``client.index``: which request of which client (the same request in every run).
+    key: str = ""
+    texts: list[str] | None = None
+    error: str | None = None
 
 
 @dataclass
@@ -67,6 +80,11 @@ class LoadResult:
     #: What the ``probe`` given to :func:`run_load` read at the window's start and end (e.g. CPU times).
     probe_before: dict[str, Any] = field(default_factory=dict)
     probe_after: dict[str, Any] = field(default_factory=dict)
+    #: Requests the server refused or broke off (warm-up and window), and the first few messages.
+    num_failed: int = 0
+    failures: list[str] = field(default_factory=list)
+    #: With ``Workload.record_text``: ``{client.index: sha1 of the text}`` of every request answered in full.
+    answers: dict[str, str] = field(default_factory=dict)
 
 
 def _body(prompt: str, work: Workload) -> dict[str, Any]:
@@ -77,12 +95,19 @@ def _body(prompt: str, work: Workload) -> dict[str, Any]:
 async def _client_loop(url: str, k: int, work: Workload, stop_at: float, out: list[RequestRecord]) -> None:
     """One closed-loop client on its own keep-alive connection (the lean client of :mod:`trserve.bench.stream`)."""
     conn = Connection(url)
-    requests = [conn.request("/v1/completions", _body(p, work)) for p in PROMPTS]
-    i = k
+    requests = [conn.request("/v1/completions", _body(p, work)) for p in PROMPTS] if work.lengths is None else []
+    i = 0
     try:
         while time.perf_counter() < stop_at:
-            rec = RequestRecord(sent=time.perf_counter())
-            await conn.stream(requests[i % len(requests)], rec)
+            if work.lengths is None:
+                request = requests[(k + i) % len(requests)]
+            else:
+                request = conn.request("/v1/completions", request_body(work.lengths, k, i, work.routing))
+            rec = RequestRecord(sent=time.perf_counter(), key=f"{k}.{i}", texts=[] if work.record_text else None)
+            try:
+                await conn.stream(request, rec)
+            except StreamError as exc:  # counted, not fatal: a refusal under memory pressure is a result
+                rec.error = str(exc)
             rec.done = time.perf_counter()
             rec.first = rec.first or rec.done
             out.append(rec)
@@ -113,6 +138,10 @@ async def run_load(
         if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
             raise r
     result = summarize(records, concurrency, win_start, win_end)
+    failed = [r.error for r in records if r.error is not None]
+    result.num_failed, result.failures = len(failed), failed[:5]
+    result.answers = {r.key: hashlib.sha1("".join(r.texts).encode()).hexdigest()
+                      for r in records if r.texts is not None and r.error is None}  # fmt: skip
     result.metrics_before, result.metrics_after = before, after
     result.probe_before, result.probe_after = probe_before, probe_after
     result.throughput_tok_s = committed_tokens(after, before) / result.window_s
@@ -159,7 +188,7 @@ def summarize(records: list[RequestRecord], concurrency: int, win_start: float, 
     """Latencies of the requests that finished inside the window (throughput is filled in by the caller)."""
     result = LoadResult(concurrency, 0.0, win_end - win_start, 0)
     for rec in records:
-        if rec.done is None or rec.first is None or not win_start <= rec.done <= win_end:
+        if rec.done is None or rec.first is None or rec.error is not None or not win_start <= rec.done <= win_end:
             continue
         result.num_finished += 1
         result.ttft_s.append(rec.first - rec.sent)

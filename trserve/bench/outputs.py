@@ -105,6 +105,7 @@ def write_outputs(
             "concurrencies": ns,
             "repetitions": plan.repetitions,
             "max_tokens": plan.workload.max_tokens,
+            "lengths": plan.workload.lengths.to_dict() if plan.workload.lengths is not None else None,
             "warmup_s": plan.workload.warmup_s,
             "window_s": plan.workload.window_s,
             "event_loop": eventloop.loop_name(),  # the server's and the load generator's

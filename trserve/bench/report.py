@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from trserve.bench import cpu
+from trserve.bench.memory import cell_memory, window_memory
 from trserve.bench.systems import SINGLE_MODEL
 
 BASELINES = ("lockstep", "per-token", "llm-only", "vllm-server")
@@ -54,6 +55,8 @@ def run_item(cell: Any) -> dict[str, Any]:
                                                                                           strict=True))
                           for m in range(num_models)],
         "cpu": cpu_item(cell),
+        "memory": cell_memory([window_memory(x.metrics_after, x.metrics_before) for x in cell.loads]),
+        "num_failed": sum(x.num_failed for x in cell.loads),
         "router_params": cell.router_params,
         "quality": cell.quality,
     }  # fmt: skip

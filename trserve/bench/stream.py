@@ -23,7 +23,8 @@ class StreamError(RuntimeError):
 
 
 class Timed(Protocol):
-    """What a streamed request records (trserve.bench.client.RequestRecord)."""
+    """What a streamed request records (trserve.bench.client.RequestRecord); one with a ``texts`` list that is not
+    None also gets the answer's text pieces (each chunk is then parsed)."""
 
     first: float | None
     num_tokens: int
@@ -80,17 +81,21 @@ class Connection:
                 return
             if rec.first is None and b'"choices":[{' in chunk:
                 rec.first = time.perf_counter()
-            if b'"usage":{' in chunk or b'data: {"error"' in chunk:
-                self._parse_events(chunk, rec)
+            texts = getattr(rec, "texts", None)
+            if texts is not None or b'"usage":{' in chunk or b'data: {"error"' in chunk:
+                self._parse_events(chunk, rec, texts)
 
     @staticmethod
-    def _parse_events(chunk: bytes, rec: Timed) -> None:
+    def _parse_events(chunk: bytes, rec: Timed, texts: list[str] | None = None) -> None:
+        """The usage chunk's token count into ``rec``; with ``texts``, every choice's text appended to it."""
         for event in chunk.split(b"\n\n"):
             if not event.startswith(b"data: {"):
                 continue
             obj = json.loads(event[6:])
             if "error" in obj:
                 raise StreamError(f"error event in the stream: {obj['error']}")
+            if texts is not None:
+                texts.extend(str(c.get("text", "")) for c in obj.get("choices") or ())
             if obj.get("usage"):
                 rec.num_tokens = int(obj["usage"]["completion_tokens"])
 
