@@ -112,7 +112,8 @@ async def streams(server: Served, kill: tuple[int, int] | None = None) -> Run:
         return Run(results, list(await asyncio.gather(*plains)), late_status, done_at_kill)
 
 
-@pytest.fixture(params=["hash", "tcp_hash", "unix_hash", "vllm"], scope="module")
+#: ``vllm_small_kv``: the kill lands while sessions are spilled and requests preempted (17- and 18-block caches).
+@pytest.fixture(params=["hash", "tcp_hash", "unix_hash", "vllm", "vllm_small_kv"], scope="module")
 def server(request: pytest.FixtureRequest) -> Served:
     served: Served = request.getfixturevalue(f"{request.param}_server")
     return served
@@ -135,7 +136,9 @@ def wait_healthy(server: Served, timeout_s: float = 600.0) -> None:
 
 
 @pytest.mark.parametrize("victim", [0, 1])
-def test_killed_model_costs_latency_not_requests(server: Served, uninterrupted: Run, victim: int):
+def test_killed_model_costs_latency_not_requests(
+    server: Served, uninterrupted: Run, victim: int, request: pytest.FixtureRequest
+):
     wait_healthy(server)
     before = server.state()
     pid = next(w["pid"] for w in before["workers"] if w["model"] == victim)
@@ -157,7 +160,10 @@ def test_killed_model_costs_latency_not_requests(server: Served, uninterrupted: 
         for line in metrics.splitlines()
         if line.startswith("tokenrouter_requests_resumed_total")
     )
-    assert resumed >= NUM_STREAMS * (victim + 1)  # every stream was in flight at each kill
+    # Every stream was in flight at each kill; with the small caches some wait for memory on the other model,
+    # so only some are resumed (the answers above are checked whole either way).
+    in_flight = 1 if request.node.callspec.params["server"] == "vllm_small_kv" else NUM_STREAMS
+    assert resumed >= in_flight * (victim + 1)
     after = wait_idle(server)
     workers = {w["model"]: w for w in after["workers"]}
     assert workers[victim]["pid"] != pid
