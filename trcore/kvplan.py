@@ -31,6 +31,20 @@ class MemoryStats:
     waited: set[str] = field(default_factory=set, repr=False)
 
 
+@dataclass
+class _Launch:
+    """What one :meth:`KVMemory.plan` call works on: the queue, the model, the step's size and time, and what it
+    has chosen and evicted so far."""
+
+    ready: Sequence[Request]
+    residents: dict[str, Request]
+    model: int
+    size: int
+    now: float
+    chosen: list[Request] = field(default_factory=list)
+    evicted: list[str] = field(default_factory=list)
+
+
 class KVMemory:
     """A :class:`KVLedger` with a :class:`SpillPolicy`, and the record of which requests lost their KV here."""
 
@@ -77,22 +91,21 @@ class KVMemory:
             for req, target in zip(head, targets, strict=True):
                 self._reserve(req, target, model)
             return head, [], []
-        chosen: list[Request] = []
-        evicted: list[str] = []
+        launch = _Launch(ready, residents, model, size, now)
         unservable: list[Request] = []
         self._ranked = None  # parked sessions in spill order, built when first needed
         holders = [r for r in ready if self.ledger.holds(r.spec.request_id)]
         others = [r for r in ready if not self.ledger.holds(r.spec.request_id)]
         for req in (*holders, *others):
-            if len(chosen) == size:
+            if len(launch.chosen) == size:
                 break
             target = self._target_tokens(req)
             if not self.ledger.fits_ever(target):
                 unservable.append(req)
-            elif self._make_room(req, target, ready, chosen, residents, model, size, now, evicted):
+            elif self._make_room(req, target, launch):
                 self._reserve(req, target, model)
-                chosen.append(req)
-        return chosen, evicted, unservable
+                launch.chosen.append(req)
+        return launch.chosen, launch.evicted, unservable
 
     def _fit_as_they_are(self, head: Sequence[Request], targets: Sequence[int]) -> bool:
         ledger, budget = self.ledger, self.ledger.budget
@@ -114,70 +127,51 @@ class KVMemory:
             self.stats.num_recomputed_tokens += req.anchors[model]
         self.ledger.reserve(rid, target)
 
-    def _parked_ranked(self, residents: dict[str, Request], model: int, now: float) -> list[ParkedSession]:
+    def _parked_ranked(self, launch: _Launch) -> list[ParkedSession]:
         if self._ranked is None:
-            sessions = [self._session(residents[r], model, now) for r in self._parked if self.ledger.holds(r)]
-            self._ranked = self.policy.order(sessions, model) if sessions else []
+            sessions = [self._session(launch.residents[r], launch) for r in self._parked if self.ledger.holds(r)]
+            self._ranked = self.policy.order(sessions, launch.model) if sessions else []
         return [s for s in self._ranked if self.ledger.holds(s.request_id)]
 
-    def _make_room(
-        self,
-        req: Request,
-        target: int,
-        ready: Sequence[Request],
-        chosen: list[Request],
-        residents: dict[str, Request],
-        model: int,
-        size: int,
-        now: float,
-        evicted: list[str],
-    ) -> bool:
+    def _make_room(self, req: Request, target: int, launch: _Launch) -> bool:
         """Make room for ``req`` (see the module docstring); False when it waits."""
         rid = req.spec.request_id
         if self.ledger.can_reserve(rid, target):
             return True
         holds = self.ledger.holds(rid)
-        victims = self._cover(rid, target, self._parked_ranked(residents, model, now))
+        victims = self._cover(rid, target, self._parked_ranked(launch))
         # A request under way here takes what it needs; one without KV here displaces parked sessions only when
         # the policy finds it worth their recompute, or when this model would otherwise stand idle.
-        allowed = holds or not chosen or self.policy.may_admit_by_spilling(victims or [], model, req, size)
+        allowed = (
+            holds
+            or not launch.chosen
+            or self.policy.may_admit_by_spilling(victims or [], launch.model, req, launch.size)
+        )
         if victims is not None and allowed:
-            self._spill([v.request_id for v in victims], evicted, preempted=False)
+            self._spill([v.request_id for v in victims], launch.evicted, preempted=False)
             return True
         if not holds and rid not in self.spilled and req.num_output_tokens == 0 and rid not in self.stats.waited:
             self.stats.waited.add(rid)
             self.stats.num_admission_waits += 1
         if not holds:
             return False  # it waits for room: only a request under way here may preempt others
-        return self._preempt(req, target, ready, chosen, residents, model, now, evicted)
+        return self._preempt(req, target, launch)
 
-    def _preempt(
-        self,
-        req: Request,
-        target: int,
-        ready: Sequence[Request],
-        chosen: list[Request],
-        residents: dict[str, Request],
-        model: int,
-        now: float,
-        evicted: list[str],
-    ) -> bool:
+    def _preempt(self, req: Request, target: int, launch: _Launch) -> bool:
         """Free parked sessions and waiting requests not in this step (newest first) until ``req`` fits; False if
         nothing will do."""
-        rid = req.spec.request_id
-        parked = self._parked_ranked(residents, model, now)
-        taken = {id(r) for r in chosen}
+        taken = {id(r) for r in launch.chosen}
         waiting = [
-            self._session(r, model, now)
-            for r in reversed(ready)
+            self._session(r, launch)
+            for r in reversed(launch.ready)
             if r is not req and id(r) not in taken and self.ledger.holds(r.spec.request_id)
         ]
-        victims = self._cover(rid, target, [*parked, *waiting])
+        victims = self._cover(req.spec.request_id, target, [*self._parked_ranked(launch), *waiting])
         if victims is None:
             return False
         num_parked = sum(1 for v in victims if v.request_id in self._parked)
-        self._spill([v.request_id for v in victims[:num_parked]], evicted, preempted=False)
-        self._spill([v.request_id for v in victims[num_parked:]], evicted, preempted=True)
+        self._spill([v.request_id for v in victims[:num_parked]], launch.evicted, preempted=False)
+        self._spill([v.request_id for v in victims[num_parked:]], launch.evicted, preempted=True)
         return True
 
     def _cover(self, rid: str, target: int, ranked: Iterable[ParkedSession]) -> list[ParkedSession] | None:
@@ -204,13 +198,13 @@ class KVMemory:
             else:
                 self.stats.num_spilled += 1
 
-    def _session(self, req: Request, model: int, now: float) -> ParkedSession:
+    def _session(self, req: Request, launch: _Launch) -> ParkedSession:
         rid = req.spec.request_id
-        since, location = self._parked.get(rid, (now, model))
+        since, location = self._parked.get(rid, (launch.now, launch.model))
         return ParkedSession(
             request_id=rid,
             num_blocks=self.ledger.blocks_of(rid),
-            num_tokens=req.anchors[model],
+            num_tokens=req.anchors[launch.model],
             parked_since=since,
             location=location,
             num_remaining=req.spec.max_tokens - req.num_output_tokens,
