@@ -48,7 +48,10 @@ class _Launch:
 class KVMemory:
     """A :class:`KVLedger` with a :class:`SpillPolicy`, and the record of which requests lost their KV here."""
 
-    def __init__(self, budget: KVBudget, policy: SpillPolicy | None = None) -> None:
+    def __init__(self, budget: KVBudget, policy: SpillPolicy | None = None, frees_after_step: bool = False) -> None:
+        #: The engine keeps no KV between a request's steps (vLLM's readmit hand-off: freed after each token, only
+        #: prefix-cached): a request holds blocks only during its step, so nothing is ever parked.
+        self.frees_after_step = frees_after_step
         self.ledger = KVLedger(budget)
         self.policy = policy or CostSpill()
         self.stats = MemoryStats()
@@ -63,6 +66,12 @@ class KVMemory:
 
     def park(self, request_id: str, location: int, now: float) -> None:
         self._parked[request_id] = (now, location)
+
+    def after_step(self, request_ids: Iterable[str]) -> None:
+        """A step of these requests ended; with ``frees_after_step`` their blocks go back."""
+        if self.frees_after_step:
+            for rid in request_ids:
+                self.ledger.free(rid)
 
     def unpark(self, request_id: str) -> None:
         self._parked.pop(request_id, None)

@@ -158,6 +158,8 @@ class Subserver:
         if len(step) != batch.size:
             raise ProtocolError(f"model {self.model}: {len(step)} outputs for a batch of {batch.size}")
         self.running = None
+        if self.memory is not None:
+            self.memory.after_step(r.spec.request_id for r in batch.requests)
         routing = self.program.route(step)
         dests, keep, tokens = routing.destinations, routing.keep, step.token_ids
         model, num_models, trace, ready = self.model, self.program.num_models, self.trace, self._ready

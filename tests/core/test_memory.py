@@ -262,3 +262,16 @@ def test_a_queue_waiting_for_memory_sets_no_deadline_until_a_message_arrives():
     assert sub.next_deadline() == 1.5
     batch = sub.launch(2.0)
     assert batch is not None and batch.request_ids == ["b"]
+
+
+def test_an_engine_that_frees_after_each_step_parks_nothing():
+    """vLLM's readmit hand-off keeps no KV between steps: a request holds blocks only during its own step, so
+    two requests that never fit resident together still take turns without a spill."""
+    mem = KVMemory(KVBudget(num_blocks=2, block_size=4), CostSpill(), frees_after_step=True)
+    sub = small_model(mem, {"a": [(1, True)]})
+    sub.receive(make_arrival("a", prompt=(1, 2, 3, 4, 5), max_tokens=4), 0.0)  # 5 tokens: both blocks
+    step(sub, [9], 1.0)  # a moves to model 1: parked, but holding nothing
+    assert mem.ledger.num_used == 0
+    sub.receive(make_arrival("b", prompt=(1, 2, 3, 4, 5), max_tokens=4), 2.0)
+    batch, _ = step(sub, [8], 3.0)
+    assert batch.request_ids == ["b"] and batch.evicted == () and mem.stats.num_spilled == 0

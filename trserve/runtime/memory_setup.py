@@ -35,7 +35,8 @@ def build_memory(spec: RunSpec, model: int, engine: Engine) -> KVMemory | None:
         return None
     cost = step_cost_of(spec, model, engine)
     log.info("model %d: KV %s, policy %s, step cost %s", model, budget, policy, cost)
-    return KVMemory(budget, spill_policy(policy, cost, routing_matrix(spec.config.router)))
+    readmit = spec.config.backend == "vllm" and spec.config.handoff == "readmit"  # vLLM frees after each token
+    return KVMemory(budget, spill_policy(policy, cost, routing_matrix(spec.config.router)), frees_after_step=readmit)
 
 
 def step_cost_of(spec: RunSpec, model: int, engine: Engine) -> StepCost:
