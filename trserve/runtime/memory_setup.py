@@ -2,7 +2,8 @@
 routing statistics the ``cost`` policy prices spills with.
 
 The step costs come from the latency model the run already has for the model: the emulated engine's own, or this
-machine's calibration profile (``calibration/profiles/<hardware-tag>/<model>.json``) for vLLM; without one, the
+machine's calibration profile (``calibration/profiles/<hardware-tag>/<model>.json``, if measured on this CPU or
+GPU) for vLLM; without one, the
 policy's relative defaults (:class:`trcore.StepCost`)."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from trcore import KVMemory, StepCost, spill_policy
 from trcore.errors import ConfigError
 from trserve.engine.emulated import EmulatedEngine
 from trserve.engine.types import Engine
-from trserve.hardware import hardware_tag
+from trserve.hardware import check_profile_hardware, hardware_tag
 from trserve.paths import calibration_dir
 from trserve.runtime.runspec import RunSpec
 from trsim.kv import routing_matrix, step_cost
@@ -53,7 +54,10 @@ def _machine_profile(spec: RunSpec, model: int) -> Any:
     except ConfigError:
         return None
     try:
-        return load_profile(path) if path.is_file() else None
-    except (OSError, ValueError) as exc:
-        log.warning("model %d: ignoring unreadable profile %s for spill costs: %s", model, path, exc)
+        profile = load_profile(path) if path.is_file() else None
+        if profile is not None:
+            check_profile_hardware(profile.machine.model_dump(), path)
+        return profile
+    except (OSError, ValueError, ConfigError) as exc:
+        log.warning("model %d: spill costs without profile %s: %s", model, path, str(exc).splitlines()[0])
         return None
