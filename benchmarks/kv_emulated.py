@@ -76,12 +76,14 @@ def predict(cell: GridCell, args: argparse.Namespace, lengths: Lengths) -> dict[
             "sim_kv": kv.get("models"), "sim_failed": kv.get("num_failed")}  # fmt: skip
 
 
-def merge(out: Path, header: dict[str, Any], cells: list[dict[str, Any]]) -> dict[str, Any]:
-    """The JSON at ``out`` with ``cells`` replacing those of the same key; each run's header kept in ``runs``."""
+def merge(out: Path, header: dict[str, Any], cells: list[dict[str, Any]], record: bool = True) -> dict[str, Any]:
+    """The JSON at ``out`` with ``cells`` replacing those of the same key; with ``record`` the run's header is
+    added to ``runs``."""
     doc = json.loads(out.read_text()) if out.exists() else {"runs": [], "cells": []}
     keys = {c["key"] for c in cells}
     doc["cells"] = [c for c in doc["cells"] if c["key"] not in keys] + cells
-    doc["runs"].append(header)
+    if record:
+        doc["runs"].append(header)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n")
     return doc
@@ -115,10 +117,11 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     row = run_cell(cell, args, lengths, Path(tmp))
                     cells.append(row)
+                    merge(Path(args.out), header, [row], record=False)  # on disk at once: a cut run keeps its cells
                     print(json.dumps({k: row[k] for k in ("key", "kv_tokens", "throughput_tok_s", "num_failed")}),
                           flush=True)  # fmt: skip
     header["load_1min_after"], header["finished"] = os.getloadavg()[0], time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    doc = merge(Path(args.out), header, cells) if cells else json.loads(Path(args.out).read_text())
+    doc = merge(Path(args.out), header, []) if cells else json.loads(Path(args.out).read_text())
     if not args.no_sim:  # after the measurements, so the simulator's CPU never overlaps a window
         for row in doc["cells"]:
             if row.get("sim_tok_s") is None:
