@@ -95,6 +95,18 @@ def settling(
     }
 
 
+def after_settling(
+    bins: Sequence[dict[str, Any]], oracle: Sequence[dict[str, Any]], since: float, end: float
+) -> float | None:
+    """Tokens of the bins that start at or after ``since`` and end by ``end``, over the oracle's in the same bins."""
+    pairs = [
+        (b, o) for b, o in zip(bins, oracle, strict=True) if b["start_s"] >= since - 1e-9 and b["end_s"] <= end + 1e-9
+    ]
+    num = sum(b["throughput_tok_s"] * (b["end_s"] - b["start_s"]) for b, _ in pairs)
+    den = sum(o["throughput_tok_s"] * (o["end_s"] - o["start_s"]) for _, o in pairs)
+    return num / den if den > 0 else None
+
+
 def thresholds_timeline(
     initial: Sequence[int], switches: Sequence[dict[str, Any]], end_s: float
 ) -> list[tuple[float, list[int]]]:
@@ -228,9 +240,16 @@ def run_scenario(path: Path, bin_s: float) -> dict[str, Any]:
         settle.append(
             {"phase": k, **settling(runs["adaptive"]["switches"], p["start_s"], p["end_s"], before, bstar[k])}
         )
+    for s in settle:  # the phase's bins from the first one that starts settled, against the oracle's same bins
+        since = ad_phases[s["phase"]]["start_s"] + s["settle_s"]
+        s["after_settling_to_oracle"] = after_settling(
+            runs["adaptive"]["bins"], oracle["bins"], since, ad_phases[s["phase"]]["end_s"]
+        )
     goals = targets(
         {"adaptive": tok("adaptive"), "oracle": tok("oracle"), "b1": tok("b1"), "best_static": tok(best)}, collapse
     )
+    if collapse is not None:
+        goals["collapse_recovery"]["after_settling"] = settle[collapse]["after_settling_to_oracle"]
     # The first phase starts from nothing learned: settling there is the time to learn, not to follow a change.
     later = [s for s in settle if s["phase"] > 0]
     goals["settle_within_s"] = {
@@ -273,7 +292,7 @@ def plot(doc: dict[str, Any], path: Path) -> None:
         for name, run in sc["runs"].items():
             xs = [b["start_s"] for b in run["bins"]] + [run["bins"][-1]["end_s"]]
             ys = [b["throughput_tok_s"] for b in run["bins"]]
-            top.stairs(ys, xs, label=name, linewidth=2.2 if name in ("adaptive", "oracle") else 1.0)
+            top.stairs(ys, xs, label=name, baseline=None, linewidth=2.2 if name in ("adaptive", "oracle") else 1.0)
             steps = run["timeline"]
             ts = [t for t, _ in steps]
             for m in range(len(steps[0][1])):
@@ -294,13 +313,39 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def markdown(doc: dict[str, Any]) -> str:
+    """Per scenario a table (strategy, per phase tok/s and ratio to the oracle, overall) and the targets."""
+    lines = []
+    for sc in doc["scenarios"]:
+        phases = sc["runs"]["oracle"]["phases"]
+        head = " | ".join(f"phase {p['index']} ({p['start_s']:.0f}-{p['end_s']:.0f} s)" for p in phases)
+        lines += [
+            f"{sc['name']} (`{sc['scenario']}`), B* per phase {sc['bstar']}, best static: {sc['best_static']}",
+            "",
+        ]
+        lines += [f"| strategy | {head} | whole run |", "|---" * (len(phases) + 2) + "|"]
+        for name, run in sc["runs"].items():
+            label = name if run["thresholds"] is None else f"{name} {tuple(run['thresholds'])}"
+            cells = " | ".join(f"{p['throughput_tok_s']:.1f} ({100 * p['to_oracle']:.1f}%)" for p in run["phases"])
+            lines.append(f"| {label} | {cells} | {run['throughput_tok_s']:.1f} ({100 * run['to_oracle']:.1f}%) |")
+        t = sc["targets"]
+        lines += ["", f"targets: {json.dumps(t)}", f"settling: {json.dumps(sc['settling'])}", ""]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--scenario", action="append", type=Path, help="phase scenario (repeat) [the committed two]")
     parser.add_argument("--bin-s", type=float, default=5.0)
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--plot", type=Path, default=PLOT)
+    parser.add_argument("--report", type=Path, help="print the tables of a written JSON (and redraw --plot); no run")
     args = parser.parse_args()
+    if args.report:
+        done = json.loads(args.report.read_text())
+        plot(done, args.plot)
+        print(markdown(done))
+        return
     paths = args.scenario or [Path(p) for p in DEFAULT_SCENARIOS]
     started = time.perf_counter()
     doc = {
@@ -312,6 +357,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
     plot(doc, args.plot)
+    print(markdown(doc))
     print(f"wrote {args.out} and {args.plot}")
 
 

@@ -93,3 +93,14 @@ def test_targets_verdicts_from_hand_figures() -> None:
     assert got["static_loss_to_oracle"] == pytest.approx(0.07)
     assert got["adaptive_recovers"] == pytest.approx(0.5 / 7)
     assert got["collapse_recovery"] == {"phase": 1, "ratio": pytest.approx(0.9), "floor": 0.9, "met": True}
+
+
+def test_after_settling_counts_whole_bins_from_the_settled_moment() -> None:
+    # Settled at 36 s: the 35-40 bin starts before it, so only 40-45 and 45-50 (phase end 50) count:
+    # (100 * 5 + 300 * 5) / (200 * 5 + 400 * 5) = 2000 / 3000.
+    def bins(values: list[float]) -> list[dict[str, float]]:
+        return [{"start_s": 35.0 + 5 * k, "end_s": 40.0 + 5 * k, "throughput_tok_s": v} for k, v in enumerate(values)]
+
+    got = bench.after_settling(bins([50.0, 100.0, 300.0, 7.0]), bins([60.0, 200.0, 400.0, 9.0]), 36.0, 50.0)
+    assert got == pytest.approx(2 / 3)
+    assert bench.after_settling(bins([1.0]), bins([1.0]), 41.0, 50.0) is None
