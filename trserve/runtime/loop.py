@@ -41,6 +41,7 @@ from trserve.runtime.reports import (
     step_outcome,
     step_report,
     step_result,
+    unservable_failures,
 )
 from trserve.runtime.transport import FRONTEND
 
@@ -280,17 +281,12 @@ class SubserverLoop:
     def _fail_unservable(self) -> None:
         """Report the requests the core found too large for this model's whole KV cache (front ends refuse
         those at admission; this covers any that got through)."""
-        unservable = self.sub.take_unservable()
-        if not unservable:
-            return
-        self._publish_pending()
-        capacity = self.sub.memory.ledger.budget.capacity_tokens if self.sub.memory is not None else 0
-        failed = []
-        for req in unservable:
-            self._forget(req.request_id)
-            why = f"model {self.model}: {req.num_tokens} tokens cannot fit its KV cache of {capacity} tokens"
-            failed.append(Failed(req.request_id, why))
-        self.mailbox.send(FRONTEND, failure_report(self.sub, self.engine, 0, failed, self.replica))
+        if unservable := self.sub.take_unservable():
+            self._publish_pending()
+            for req in unservable:
+                self._forget(req.request_id)
+            failed = unservable_failures(self.sub, unservable)
+            self.mailbox.send(FRONTEND, failure_report(self.sub, self.engine, 0, failed, self.replica))
 
     def _fail_batch(self, batch: Batch, messages: dict[str, str]) -> None:
         self._publish_pending()  # the previous step goes first

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from trcore import CLIENT, Batch, KVMemory, PeerReq, StepResult, Subserver
+from trcore import CLIENT, Batch, KVMemory, PeerReq, Request, StepResult, Subserver
 from trserve.engine.types import Engine, TokenOut
 from trserve.runtime.messages import Failed, Finished, Handoffs, Route, State, StepReport
 
@@ -90,6 +90,13 @@ def failure_report(sub: Subserver, engine: Engine, batch_size: int, failed: list
     """The report of requests that failed without a step (a failed batch of ``batch_size``, or unservable ones)."""
     return StepReport(sub.model, batch_size, 0, 0.0, sub.num_ready, len(sub.requests), 0, engine.kv_usage(),
                       failed=failed, replica=replica, memory=memory_fields(sub.memory))  # fmt: skip
+
+
+def unservable_failures(sub: Subserver, requests: list[Request]) -> list[Failed]:
+    """The front end's messages for requests too large for ``sub``'s whole KV cache."""
+    capacity = sub.memory.ledger.budget.capacity_tokens if sub.memory is not None else 0
+    why = "model {}: {} tokens cannot fit its KV cache of {} tokens"
+    return [Failed(r.request_id, why.format(sub.model, r.num_tokens, capacity)) for r in requests]
 
 
 def loop_state(
