@@ -12,33 +12,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import TYPE_CHECKING, Any
 
 from trcore import ConfigError, KVBudget, KVMemory, StepCost, spill_policy
 from trsim.latency import LatencyModel, QuantizedModel, ScaledModel
 from trsim.placement import MEMORY_FRACTION
-from trsim.profile import LatencyProfile
 from trsim.roofline import RooflineModel, max_batch_tokens
 from trsim.routing import RouterConfig
+
+if TYPE_CHECKING:
+    from trsim.profile import LatencyProfile
+    from trsim.scenario_types import KVSpec
 
 #: Tokens of extend at which :func:`step_cost` reads a latency model's extend term.
 EXTEND_PROBE = 512
 #: Block size when neither the caller nor a profile gives one (vLLM's default on GPUs).
 DEFAULT_BLOCK_SIZE = 16
-
-
-class KVSpec(BaseModel):
-    """A model's KV cache in a scenario file: ``tokens`` (a number, or ``auto``: the capacity its latency profile's
-    engine recorded, else the roofline's HBM figure) or ``blocks``; ``block_size`` and ``max_seqs`` default to
-    the profile's engine record, else 16 and no limit."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    tokens: Annotated[int, Field(ge=1)] | Literal["auto"] | None = None
-    blocks: int | None = Field(default=None, ge=1)
-    block_size: int | None = Field(default=None, ge=1)
-    max_seqs: int | None = Field(default=None, ge=1)
 
 
 @dataclass(frozen=True)
@@ -55,7 +44,7 @@ class KVSimConfig:
             raise ConfigError("kv", "needs one budget per model")
 
 
-BudgetSource = tuple[LatencyModel, LatencyProfile | None]
+BudgetSource = tuple[LatencyModel, "LatencyProfile | None"]
 
 
 def kv_from_specs(specs: Sequence[KVSpec | None], sources: Sequence[BudgetSource], spill: str) -> KVSimConfig | None:

@@ -29,13 +29,13 @@ from trcore import BatchingPolicy, ConfigError
 from trsim.baselines import apply_baseline
 from trsim.build import load_trace_file, with_traces
 from trsim.config import PerTokenConfig, SimConfig
-from trsim.kv import KVSimConfig, KVSpec, kv_from_specs
+from trsim.kv import KVSimConfig, kv_from_specs
 from trsim.latency import LatencyModel, make_latency_model
 from trsim.lengths import read_length_pairs
 from trsim.profile import latency_from_profile, load_profile
 from trsim.routing import RouterConfig
 from trsim.scenario_phases import AdaptiveSpec, PhaseSpec, adaptive_config, phases_from_specs
-from trsim.scenario_types import Length, Positive
+from trsim.scenario_types import KVSpec, Length, Positive
 from trsim.scenario_types import Strict as _Strict
 from trsim.scenario_types import length_dist as _length
 from trsim.signals import SignalConfig

@@ -45,3 +45,15 @@ def length_dist(value: int | LengthSpec | None, where: str) -> LengthDist | None
         return LengthDist(value.dist, **fields, minimum=value.min, maximum=value.max)
     except ConfigError as exc:
         raise ConfigError(f"{where}.{exc.field}", exc.problem) from None
+
+
+class KVSpec(BaseModel):
+    """A model's KV cache in a scenario file: ``tokens`` (a number, or ``auto``: the capacity its latency profile's
+    engine recorded, else the roofline's HBM figure) or ``blocks``; ``block_size`` and ``max_seqs`` default to
+    the profile's engine record, else 16 and no limit."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    tokens: Annotated[int, Field(ge=1)] | Literal["auto"] | None = None
+    blocks: int | None = Field(default=None, ge=1)
+    block_size: int | None = Field(default=None, ge=1)
+    max_seqs: int | None = Field(default=None, ge=1)
