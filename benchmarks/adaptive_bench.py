@@ -107,6 +107,11 @@ def after_settling(
     return num / den if den > 0 else None
 
 
+def phase_starts(records: Sequence[dict[str, Any]], owner: Sequence[int]) -> list[dict[str, Any]]:
+    """The first record of every phase after the first."""
+    return [r for k, (r, o) in enumerate(zip(records, owner, strict=True)) if k and o != owner[k - 1]]
+
+
 def thresholds_timeline(
     initial: Sequence[int], switches: Sequence[dict[str, Any]], end_s: float
 ) -> list[tuple[float, list[int]]]:
@@ -192,7 +197,13 @@ def run_scenario(path: Path, bin_s: float) -> dict[str, Any]:
         result = simulate(replace(config, phases=tuple(bins)))
         records = result.extra["phases"]
         switches = result.extra.get("switches", [])
-        initial = bstar[0] if name == "oracle" else list(config.thresholds)
+        initial = list(bstar[0]) if name == "oracle" else list(config.thresholds)
+        steps = switches
+        if name == "oracle":  # each phase's B* from its start
+            steps = [
+                {"time_s": p["start_s"], "new": list(b)}
+                for p, b in zip(phase_starts(records, owner), bstar[1:], strict=True)
+            ]
         per_phase = phase_figures(records, owner)
         runs[name] = {
             "thresholds": None if name in ("adaptive", "oracle") else list(statics[name]),
@@ -208,7 +219,7 @@ def run_scenario(path: Path, bin_s: float) -> dict[str, Any]:
                 for r in records
             ],
             "switches": [{k: s[k] for k in ("time_s", "old", "new", "predicted_gain")} for s in switches],
-            "timeline": thresholds_timeline(initial, switches, records[-1]["end_s"]),
+            "timeline": thresholds_timeline(initial, steps, records[-1]["end_s"]),
             "wall_s": time.perf_counter() - t0,
         }
         print(

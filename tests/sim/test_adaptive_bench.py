@@ -104,3 +104,8 @@ def test_after_settling_counts_whole_bins_from_the_settled_moment() -> None:
     got = bench.after_settling(bins([50.0, 100.0, 300.0, 7.0]), bins([60.0, 200.0, 400.0, 9.0]), 36.0, 50.0)
     assert got == pytest.approx(2 / 3)
     assert bench.after_settling(bins([1.0]), bins([1.0]), 41.0, 50.0) is None
+
+
+def test_phase_starts_are_the_first_bins_of_later_phases() -> None:
+    records = [{"start_s": float(t)} for t in (0, 5, 10, 15, 20)]
+    assert [r["start_s"] for r in bench.phase_starts(records, [0, 0, 1, 1, 2])] == [10.0, 20.0]
