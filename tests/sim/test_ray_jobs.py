@@ -25,8 +25,9 @@ from trsim.ray_jobs import connect
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP = ["sweep", "--concurrency", "3", "--tokens", "1000", "--workload", "short-reasoning"]  # 6 points
+#: One routed placement, two jobs (the large model alone beside it would add its own: ``--no-large-alone``).
 PLAN = ["plan", "--hardware", "h100-sxm", "--gpus", "1", "--models", "small=Qwen3-0.6B,large=Qwen3-4B",
-        "--concurrency", "4", "--thresholds", "1,1", "--open-loop-top", "0", "--json"]  # fmt: skip
+        "--concurrency", "4", "--thresholds", "1,1", "--open-loop-top", "0", "--no-large-alone", "--json"]  # fmt: skip
 
 
 def run(*args: Any) -> Any:
