@@ -75,7 +75,10 @@ def routed_at_share(cfg: PlanConfig, n: int, candidates: Candidates, share: floa
     best = 0.0
     for p, b in candidates:
         models = latency_models(p, cfg.hardware, cfg.models, cfg.dtype)
-        best = max(best, throughput(at, models, n // p.replicas, b)[0] * p.replicas)
+        try:
+            best = max(best, throughput(at, models, n // p.replicas, b)[0] * p.replicas)
+        except RuntimeError:  # near share 0 or 1 the chain can be singular (a model all but unreachable): skip it
+            continue
     return best
 
 
