@@ -15,9 +15,19 @@ from trserve.bench.predict import fit_line, model_prediction, own_routing_predic
 from trserve.bench.systems import SYSTEMS, system_config
 from trserve.bench.window_stats import StepStats, routing_matrices
 from trserve.config import ServeConfig
+from trserve.hardware import cpu_model, hardware_tag
+from trserve.paths import calibration_dir
 from trserve.server.defaults import DEFAULT_CONFIG, OPERATING_POINTS
 
 ROOT = Path(__file__).resolve().parents[3]
+
+
+def profiles_cpu() -> str:
+    """The CPU model the committed one-core profiles of this machine's tag were measured on."""
+    path = calibration_dir("profiles", hardware_tag(), "large.json")
+    return str(json.loads(path.read_text())["machine"].get("cpu_model"))
+
+
 REPLICAS_CONFIG = ROOT / "configs/emulated-r2r-a100-replicas.yaml"
 
 TABLE = {1: [1, 1], 4: [2, 1]}
@@ -149,6 +159,13 @@ def test_small_bench_runs_every_system_on_real_engines(tmp_path: Path, prepared_
     # Every TokenRouter-served system; vLLM's own server is tested apart (tests/serve/bench/test_vllm_server.py).
     cmd = [sys.executable, "-m", "tokenrouter.cli", "bench", "--routers", "rstitch", "-n", "2", "--repetitions", "1",
            "--warmup-s", "0.5", "--window-s", "1.5", "--systems", ",".join(SYSTEMS), "--out", str(out)]  # fmt: skip
+    measured_on = profiles_cpu()
+    if measured_on != cpu_model():
+        # The bench predicts from this machine's profiles and refuses another CPU's (no silent fallback): on such
+        # a machine that refusal is what can be checked; the rest needs `tokenrouter calibrate` here first.
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2 and measured_on in proc.stderr and cpu_model() in proc.stderr, proc.stderr[-2000:]
+        pytest.skip(f"committed profiles measured on {measured_on}, this machine is {cpu_model()}: refusal checked")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((out / "bench.json").read_text())
