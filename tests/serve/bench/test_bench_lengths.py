@@ -8,15 +8,14 @@ import random
 from collections.abc import Iterator
 
 import pytest
-import yaml
 
+from tests.serve.emulated_fixtures import emulated_config, emulated_url
 from trcore.errors import ConfigError
 from trserve import eventloop
 from trserve.bench.client import Workload, run_load
 from trserve.bench.memory import cell_memory, window_memory
 from trserve.bench.requests import SCHEDULE_SLACK, Lengths, markov_schedule, request_body
 from trserve.bench.stream import Connection
-from trserve.server.process import ServerProcess
 from trsim.lengths import LengthDist, lognormal
 
 
@@ -110,22 +109,8 @@ def test_the_text_of_every_chunk_is_collected_when_asked() -> None:
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A routed emulated server (1 / 2 ms steps, a 4,096-token pool each) routed by each request's schedule."""
-    emulated = {"latency_ms": 1.0, "kv_tokens": 4096}
-    config = {
-        "backend": "emulated",
-        "models": [{"name": "small", "emulated": emulated},
-                   {"name": "large", "emulated": {**emulated, "latency_ms": 2.0}}],
-        "router": {"program": "schedule", "params": {}},
-        "batching": {"thresholds": [1, 1], "max_wait_ms": 20.0},
-    }  # fmt: skip
-    path = tmp_path_factory.mktemp("lengths") / "serve.yaml"
-    path.write_text(yaml.safe_dump(config))
-    server = ServerProcess(path)
-    server.start(timeout_s=300)
-    try:
-        yield server.url
-    finally:
-        server.stop()
+    config = emulated_config({"program": "schedule", "params": {}}, kv_tokens=4096)
+    yield from emulated_url(tmp_path_factory.mktemp("lengths"), config)
 
 
 @pytest.mark.serve

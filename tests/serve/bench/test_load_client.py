@@ -10,12 +10,11 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
-import yaml
 
+from tests.serve.emulated_fixtures import emulated_config, emulated_url
 from trserve import eventloop
 from trserve.bench.client import Workload, committed_tokens, run_load
 from trserve.bench.stream import Connection, StreamError
-from trserve.server.process import ServerProcess
 
 pytestmark = pytest.mark.serve
 
@@ -25,21 +24,7 @@ MAX_TOKENS = 12
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A routed server on emulated engines (1 / 2 ms steps) that hands off about every third token."""
-    config = {
-        "backend": "emulated",
-        "models": [{"name": "small", "emulated": {"latency_ms": 1.0}},
-                   {"name": "large", "emulated": {"latency_ms": 2.0}}],
-        "router": {"program": "markov", "params": {"P": [[0.65, 0.35], [1.0, 0.0]], "C": [[1, 0], [1, 0]], "seed": 0}},
-        "batching": {"thresholds": [1, 1], "max_wait_ms": 20.0},
-    }  # fmt: skip
-    path = tmp_path_factory.mktemp("load") / "serve.yaml"
-    path.write_text(yaml.safe_dump(config))
-    server = ServerProcess(path)
-    server.start(timeout_s=300)
-    try:
-        yield server.url
-    finally:
-        server.stop()
+    yield from emulated_url(tmp_path_factory.mktemp("load"), emulated_config())
 
 
 def test_closed_loop_load_counts_every_token_of_every_request(url: str) -> None:

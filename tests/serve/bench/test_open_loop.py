@@ -10,14 +10,13 @@ from collections.abc import Coroutine, Iterator
 from typing import Any
 
 import pytest
-import yaml
 
+from tests.serve.emulated_fixtures import emulated_config, emulated_url
 from trcore import ConfigError
 from trserve import eventloop
 from trserve.bench.arrivals import Arrivals, poisson, read_trace
 from trserve.bench.client import Workload, committed_tokens
 from trserve.bench.open_loop import OpenRecord, dispatch, run_open_load, summarize
-from trserve.server.process import ServerProcess
 
 
 def test_poisson_times_are_the_seeded_exponential_gaps_summed():
@@ -108,21 +107,7 @@ MAX_TOKENS = 8
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A routed server on emulated engines (1 / 2 ms steps)."""
-    config = {
-        "backend": "emulated",
-        "models": [{"name": "small", "emulated": {"latency_ms": 1.0}},
-                   {"name": "large", "emulated": {"latency_ms": 2.0}}],
-        "router": {"program": "markov", "params": {"P": [[0.65, 0.35], [1.0, 0.0]], "C": [[1, 0], [1, 0]], "seed": 0}},
-        "batching": {"thresholds": [1, 1], "max_wait_ms": 20.0},
-    }  # fmt: skip
-    path = tmp_path_factory.mktemp("open") / "serve.yaml"
-    path.write_text(yaml.safe_dump(config))
-    server = ServerProcess(path)
-    server.start(timeout_s=300)
-    try:
-        yield server.url
-    finally:
-        server.stop()
+    yield from emulated_url(tmp_path_factory.mktemp("open"), emulated_config())
 
 
 @pytest.mark.serve
