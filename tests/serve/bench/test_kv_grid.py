@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import sys
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -22,8 +22,11 @@ from trserve.config import ServeConfig
 
 ROOT = Path(__file__).resolve().parents[3]
 PROFILES = {n: ROOT / "docs/bench-emulated/memory/profiles" / f"{n}.json" for n in ("small", "large")}
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from kv_emulated_report import summarize, targets  # noqa: E402
+_spec = importlib.util.spec_from_file_location("kv_emulated_report", ROOT / "benchmarks/kv_emulated_report.py")
+assert _spec is not None and _spec.loader is not None
+_report = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_report)  # loaded from its file: no benchmarks/ on sys.path for every later import
+summarize, targets = _report.summarize, _report.targets
 
 LENGTHS = Lengths("short-reasoning", 0.125)
 
