@@ -131,7 +131,8 @@ def uninterrupted(on_ray: Served) -> Run:
 @pytest.mark.parametrize(("victim", "what"), [("small", "worker"), ("large", "actor")])
 def test_a_killed_worker_or_actor_costs_latency_not_requests(on_ray, uninterrupted, ray_cluster, victim, what):
     before = actors_of(on_ray)[victim]
-    run = asyncio.run(streams(on_ray, kill_pid=before["worker_pid" if what == "worker" else "pid"]))
+    model = next(w["model"] for w in on_ray.state()["workers"] if w["pid"] == before["worker_pid"])
+    run = asyncio.run(streams(on_ray, kill=(before["worker_pid" if what == "worker" else "pid"], model)))
     for got, want in zip(run.streams, uninterrupted.streams, strict=True):
         assert got.status == 200 and not got.errors, got.lines[-3:]
         assert got.text == want.text and got.completion_tokens == want.completion_tokens
