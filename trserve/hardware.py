@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from trcore.errors import ConfigError
+from trserve.config import ServeConfig
+from trserve.paths import calibration_dir
+from trsim.profile import LatencyProfile, load_profile
 
 VENDOR_WORDS = {"nvidia", "geforce", "tesla", "amd", "radeon"}
 
@@ -73,3 +76,18 @@ def check_profile_hardware(machine: Mapping[str, Any], path: str | Path) -> None
             f"{path} was measured on {recorded or f'hardware it does not record ({key} missing)'}, but this machine "
             f"is {here}; calibrate this machine (`tokenrouter calibrate`) instead of reusing another's profile",
         )
+
+
+def profile_path(cfg: ServeConfig, model: int) -> Path:
+    """Where model ``model``'s profile for this machine lives: ``<calibration dir>/<tag>/<name>.json``, the
+    calibration dir being ``batching.auto.calibration_dir`` or the project's ``calibration/profiles``."""
+    given = cfg.batching.auto.calibration_dir
+    base = Path(given) if given else calibration_dir("profiles")
+    return base / hardware_tag() / f"{cfg.models[model].name}.json"
+
+
+def read_machine_profile(path: Path) -> LatencyProfile:
+    """The profile at ``path``, refused (ConfigError naming both) when it was measured on other hardware."""
+    profile = load_profile(path)
+    check_profile_hardware(profile.machine.model_dump(), path)
+    return profile

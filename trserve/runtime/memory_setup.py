@@ -1,10 +1,10 @@
 """A subserver's KV accounting: the engine's block budget, the config's spill policy, and the step costs and
 routing statistics the ``cost`` policy prices spills with.
 
-The step costs come from the latency model the run already has for the model: the emulated engine's own, or this
-machine's calibration profile (``calibration/profiles/<hardware-tag>/<model>.json``, if measured on this CPU or
-GPU) for vLLM; without one, the
-policy's relative defaults (:class:`trcore.StepCost`)."""
+The step costs come from the latency model the run already has for the model: the emulated engine's own, or for
+vLLM this machine's calibration profile (``calibration/profiles/<hardware-tag>/<model>.json``, or under
+``batching.auto.calibration_dir``), if measured on this CPU or GPU; without one, the policy's relative defaults
+(:class:`trcore.StepCost`)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,10 @@ from trcore import KVMemory, StepCost, spill_policy
 from trcore.errors import ConfigError
 from trserve.engine.emulated import EmulatedEngine
 from trserve.engine.types import Engine
-from trserve.hardware import check_profile_hardware, hardware_tag
-from trserve.paths import calibration_dir
+from trserve.hardware import profile_path, read_machine_profile
 from trserve.runtime.runspec import RunSpec
 from trsim.kv import routing_matrix, step_cost
-from trsim.profile import latency_from_profile, load_profile
+from trsim.profile import latency_from_profile
 
 log = logging.getLogger(__name__)
 
@@ -49,15 +48,13 @@ def step_cost_of(spec: RunSpec, model: int, engine: Engine) -> StepCost:
 
 
 def _machine_profile(spec: RunSpec, model: int) -> Any:
+    """This machine's profile of ``model``, or None (logged) when there is none or it is another machine's."""
     try:
-        path = calibration_dir("profiles", hardware_tag(), f"{spec.config.models[model].name}.json")
+        path = profile_path(spec.config, model)
     except ConfigError:
         return None
     try:
-        profile = load_profile(path) if path.is_file() else None
-        if profile is not None:
-            check_profile_hardware(profile.machine.model_dump(), path)
-        return profile
+        return read_machine_profile(path) if path.is_file() else None
     except (OSError, ValueError, ConfigError) as exc:
         log.warning("model %d: spill costs without profile %s: %s", model, path, str(exc).splitlines()[0])
         return None

@@ -23,11 +23,9 @@ from trcore.routing_stats import estimate_routing_stats
 from trcore.throughput import ThroughputModel
 from trcore.traces import trace_from_dict
 from trserve.config import ServeConfig
-from trserve.hardware import check_profile_hardware, hardware_tag
-from trserve.paths import calibration_dir
+from trserve.hardware import hardware_tag, profile_path, read_machine_profile
 from trserve.server.drift import DriftProbe, assess
 from trsim.profile import latency_from_profile
-from trsim.profile import load_profile as read_profile
 
 log = logging.getLogger(__name__)
 Report = Callable[[str], None]
@@ -59,13 +57,6 @@ def resolve_thresholds(
     return list(given)
 
 
-def profile_path(cfg: ServeConfig, model: int) -> Path:
-    """Where model ``model``'s profile for this machine lives: ``<calibration_dir>/<tag>/<name>.json``."""
-    given = cfg.batching.auto.calibration_dir
-    base = Path(given) if given else calibration_dir("profiles")
-    return base / hardware_tag() / f"{cfg.models[model].name}.json"
-
-
 def load_profile(cfg: ServeConfig, model: int) -> Any:
     """Model ``model``'s calibration profile (``trsim.profile.LatencyProfile``), or a ConfigError that says how
     to make one."""
@@ -78,9 +69,7 @@ def load_profile(cfg: ServeConfig, model: int) -> Any:
             f"({hardware_tag()}), but {path} does not exist; run `tokenrouter calibrate` first, or give the "
             "thresholds as a list",
         )
-    profile = read_profile(path)
-    check_profile_hardware(profile.machine.model_dump(), path)
-    return profile
+    return read_machine_profile(path)
 
 
 def profile_latency(profile: Any, batch_size: int, context: int = TYPICAL_CONTEXT) -> float:
