@@ -59,6 +59,8 @@ class RequestRecord:
     num_tokens: int = 0
     #: ``client.index``: which request of which client (the same request in every run).
     key: str = ""
+    #: The request's ``max_tokens`` (every request asks ``ignore_eos``: an answer in full has exactly this many).
+    asked_tokens: int = 0
     texts: list[str] | None = None
     error: str | None = None
 
@@ -85,6 +87,12 @@ class LoadResult:
     failures: list[str] = field(default_factory=list)
     #: With ``Workload.record_text``: ``{client.index: sha1 of the text}`` of every request answered in full.
     answers: dict[str, str] = field(default_factory=dict)
+    #: Over the whole run (warm-up and window): requests answered without error, the tokens the server reported
+    #: for them (each answer's usage) and the tokens they asked for; an answer short or long of its
+    #: ``max_tokens`` makes the two token counts differ.
+    num_answered: int = 0
+    answered_tokens: int = 0
+    asked_tokens: int = 0
 
 
 def _body(prompt: str, work: Workload) -> dict[str, Any]:
@@ -99,11 +107,14 @@ async def _client_loop(url: str, k: int, work: Workload, stop_at: float, out: li
     i = 0
     try:
         while time.perf_counter() < stop_at:
+            asked = work.max_tokens
             if work.lengths is None:
                 request = requests[(k + i) % len(requests)]
             else:
-                request = conn.request("/v1/completions", request_body(work.lengths, k, i, work.routing))
-            rec = RequestRecord(sent=time.perf_counter(), key=f"{k}.{i}", texts=[] if work.record_text else None)
+                body = request_body(work.lengths, k, i, work.routing)
+                request, asked = conn.request("/v1/completions", body), int(body["max_tokens"])
+            rec = RequestRecord(sent=time.perf_counter(), key=f"{k}.{i}", texts=[] if work.record_text else None,
+                                asked_tokens=asked)  # fmt: skip
             try:
                 await conn.stream(request, rec)
             except StreamError as exc:  # counted, not fatal: a refusal under memory pressure is a result
@@ -140,6 +151,10 @@ async def run_load(
     result = summarize(records, concurrency, win_start, win_end)
     failed = [r.error for r in records if r.error is not None]
     result.num_failed, result.failures = len(failed), failed[:5]
+    answered = [r for r in records if r.error is None and r.done is not None]
+    result.num_answered = len(answered)
+    result.answered_tokens = sum(r.num_tokens for r in answered)
+    result.asked_tokens = sum(r.asked_tokens for r in answered)
     result.answers = {r.key: hashlib.sha1("".join(r.texts).encode()).hexdigest()
                       for r in records if r.texts is not None and r.error is None}  # fmt: skip
     result.metrics_before, result.metrics_after = before, after

@@ -27,6 +27,10 @@ def _large_fraction(stats: Sequence[Any]) -> float:
     return stats[-1].tokens / total if total else 0.0
 
 
+#: A run's ``answered`` totals (whole runs, warm-up included): key -> LoadResult attribute.
+ANSWERED = {"requests": "num_answered", "tokens": "answered_tokens", "asked_tokens": "asked_tokens"}
+
+
 def run_item(cell: Any) -> dict[str, Any]:
     """One ``runs`` entry: medians over the repetitions; latencies pooled over the finished requests."""
     tputs = [x.throughput_tok_s for x in cell.loads]
@@ -57,6 +61,7 @@ def run_item(cell: Any) -> dict[str, Any]:
         "cpu": cpu_item(cell),
         "memory": cell_memory([window_memory(x.metrics_after, x.metrics_before) for x in cell.loads]),
         "num_failed": sum(x.num_failed for x in cell.loads),
+        "answered": {key: sum(getattr(x, attr) for x in cell.loads) for key, attr in ANSWERED.items()},
         "router_params": cell.router_params,
         "quality": cell.quality,
     }  # fmt: skip

@@ -176,6 +176,11 @@ def test_small_bench_runs_every_system_on_real_engines(tmp_path: Path, prepared_
     assert by_system["lockstep"]["throughput_tok_s"] < by_system["tokenrouter-b1"]["throughput_tok_s"]
     for run in doc["runs"]:
         assert run["concurrency"] == 2 and run["throughput_tok_s"] > 0
+        # Every answer the system wrote has exactly the 32 tokens asked (max_tokens, ignore_eos): none lost, none
+        # written twice, whatever the system.
+        answered = run["answered"]
+        assert answered["requests"] > 0 and run["num_failed"] == 0, run
+        assert answered["tokens"] == answered["asked_tokens"] == 32 * answered["requests"], run
         assert 0.0 <= run["llm_token_fraction"] <= 1.0
         source = run["latency_source"]
         if run["system"].startswith("tokenrouter"):  # out of sample: the one-core profiles of this machine

@@ -14,6 +14,7 @@ import pytest
 from tests.serve.emulated_fixtures import emulated_config, emulated_url
 from trserve import eventloop
 from trserve.bench.client import Workload, committed_tokens, run_load
+from trserve.bench.requests import Lengths
 from trserve.bench.stream import Connection, StreamError
 
 pytestmark = pytest.mark.serve
@@ -38,6 +39,18 @@ def test_closed_loop_load_counts_every_token_of_every_request(url: str) -> None:
     # The window's committed tokens (the server's counter) cover at least the requests that ran wholly in it.
     assert committed_tokens(load.metrics_after, load.metrics_before) >= MAX_TOKENS * (load.num_finished - 4)
     assert (load.probe_before, load.probe_after) == ({"k": 0}, {"k": 1})
+    # Over the whole run every answered request got exactly what it asked for (the server's usage per answer).
+    assert load.num_answered >= load.num_finished > 0 and load.num_failed == 0
+    assert load.answered_tokens == load.asked_tokens == MAX_TOKENS * load.num_answered
+
+
+def test_with_lengths_each_answer_counts_the_length_it_asked_for(url: str) -> None:
+    lengths = Lengths("short-reasoning", 0.02)
+    work = Workload(warmup_s=0.2, window_s=0.8, lengths=lengths, record_text=True)
+    load = eventloop.run(run_load(url, 3, work))
+    drawn = [lengths.draw(*map(int, key.split(".")))[1] for key in load.answers]  # each answered request's length
+    assert load.num_answered == len(drawn) > 3 and len(set(drawn)) > 1
+    assert load.answered_tokens == load.asked_tokens == sum(drawn)
 
 
 class Rec:
