@@ -56,7 +56,7 @@ class KVMemory:
         self.policy = policy or CostSpill()
         self.stats = MemoryStats()
         self.spilled: set[str] = set()
-        self._parked: dict[str, tuple[float, int]] = {}  # request id -> (since, model continuing it)
+        self._parked: dict[str, tuple[float, int, int]] = {}  # request id -> (since, model continuing it, tokens)
         self._ranked: list[ParkedSession] | None = None  # this plan's parked sessions in spill order
 
     def num_new_tokens(self, req: Request, model: int) -> int:
@@ -64,24 +64,38 @@ class KVMemory:
         n = len(req.token_ids)
         return n if req.spec.request_id in self.spilled else n - req.anchors[model]
 
-    def park(self, request_id: str, location: int, now: float) -> None:
-        self._parked[request_id] = (now, location)
+    def park(self, request_id: str, location: int, now: float, num_tokens: int = 0) -> None:
+        """The request (``num_tokens`` long) left for ``location`` after its step; its KV here is parked."""
+        self._parked[request_id] = (now, location, num_tokens)
+        self.policy.observe_departure()
 
     def after_step(self, request_ids: Iterable[str]) -> None:
         """A step of these requests ended; with ``frees_after_step`` their blocks go back."""
+        ids = list(request_ids)
+        self.policy.observe_steps(len(ids))
         if self.frees_after_step:
-            for rid in request_ids:
+            for rid in ids:
                 self.ledger.free(rid)
 
-    def unpark(self, request_id: str) -> None:
-        self._parked.pop(request_id, None)
+    def unpark(self, request_id: str, num_tokens: int = 0) -> None:
+        """The request came back, now ``num_tokens`` long."""
+        self._end_absence(request_id, num_tokens, returned=True)
 
-    def release(self, request_id: str) -> None:
-        """The request left this model for good."""
+    def release(self, request_id: str, num_tokens: int | None = None) -> None:
+        """The request left this model for good (ended elsewhere at ``num_tokens``, if known)."""
         self.ledger.free(request_id)
         self.spilled.discard(request_id)
-        self._parked.pop(request_id, None)
+        if num_tokens is None:
+            self._parked.pop(request_id, None)
+        else:
+            self._end_absence(request_id, num_tokens, returned=False)
         self.stats.waited.discard(request_id)
+
+    def _end_absence(self, request_id: str, num_tokens: int, returned: bool) -> None:
+        parked = self._parked.pop(request_id, None)
+        if parked is not None:
+            _, location, at_park = parked
+            self.policy.observe_away(location, num_tokens - at_park, returned)
 
     def num_parked_blocks(self) -> int:
         return sum(self.ledger.blocks_of(rid) for rid in self._parked)
@@ -209,7 +223,7 @@ class KVMemory:
 
     def _session(self, req: Request, launch: _Launch) -> ParkedSession:
         rid = req.spec.request_id
-        since, location = self._parked.get(rid, (launch.now, launch.model))
+        since, location, _ = self._parked.get(rid, (launch.now, launch.model, 0))
         return ParkedSession(
             request_id=rid,
             num_blocks=self.ledger.blocks_of(rid),

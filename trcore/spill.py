@@ -6,8 +6,10 @@ blocks; if it comes back, its context is recomputed (one extend step). Three pol
 * ``cost`` (default): keep the sessions whose KV is worth most per block, value = chance of returning before the
   request ends x the time to recompute its context. A request without KV here may spill sessions to get in only
   when that expected recompute costs less than what running it saves while they are away (its tokens ride along
-  in steps that run anyway, for as many steps as the victims are expected to stay on the other model); otherwise
-  it waits (a new one at admission). Sessions that bounce back within a step or two are never worth spilling.
+  in steps that run anyway, for as many steps as both it stays here and the victims stay on the other model);
+  otherwise it waits (a new one at admission). Sessions that bounce back within a step or two, or requests that
+  leave again after one, are never worth a spill. The rates come from the routing statistics' P when the router
+  has one, else they are learned from the model's own traffic (:mod:`trcore.move_rates`).
 * ``lru``: spill the session parked longest ago; new requests always get in.
 * ``admission-limit``: never spill; a request is admitted on a model only once its whole worst-case footprint
   (prompt + max_tokens) is reserved there, so running requests never run out.
@@ -19,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from trcore.errors import ConfigError
+from trcore.move_rates import LearnedMoveRates, MoveRates
 from trcore.request import Request
 
 
@@ -69,6 +72,15 @@ class SpillPolicy:
         """Whether ``request``, which holds no KV here, may spill ``victims`` to step in a batch of ``batch_size``."""
         return True
 
+    def observe_steps(self, num_steps: int) -> None:
+        """``num_steps`` request-steps ran here (policies that learn move rates count them)."""
+
+    def observe_departure(self) -> None:
+        """A request left this model after its step."""
+
+    def observe_away(self, location: int, num_steps: int, returned: bool) -> None:
+        """A session parked here was away ``num_steps`` steps on ``location``, and came back or ended there."""
+
 
 class LRUSpill(SpillPolicy):
     """Spill the session parked longest ago."""
@@ -90,21 +102,31 @@ class CostSpill(SpillPolicy):
     """Keep what is worth most per block (see the module docstring).
 
     ``routing[i][j]`` is the per-step chance a request on model ``i`` moves to ``j`` (the routing statistics'
-    P); without it every session with tokens left is assumed to return."""
+    P); without it the rates are learned (:class:`~trcore.move_rates.LearnedMoveRates`)."""
 
     name = "cost"
 
     def __init__(self, cost: StepCost | None = None, routing: Sequence[Sequence[float]] | None = None) -> None:
         self.cost = cost or StepCost()
         self.routing = routing
+        self.rates = MoveRates(routing) if routing is not None else LearnedMoveRates()
+
+    def observe_steps(self, num_steps: int) -> None:
+        self.rates.stepped(num_steps)
+
+    def observe_departure(self) -> None:
+        self.rates.left()
+
+    def observe_away(self, location: int, num_steps: int, returned: bool) -> None:
+        self.rates.away(location, num_steps, returned)
 
     def return_probability(self, session: ParkedSession, model: int) -> float:
         """Chance the session comes back to ``model`` before its request ends."""
         if session.num_remaining <= 0:
             return 0.0
-        if self.routing is None or session.location == model:
+        if session.location == model:
             return 1.0
-        move = self.routing[session.location][model]
+        move = self.rates.return_rate(session.location, model)
         return 1.0 - (1.0 - move) ** session.num_remaining
 
     def expected_recompute_s(self, session: ParkedSession, model: int) -> float:
@@ -117,11 +139,12 @@ class CostSpill(SpillPolicy):
         return sorted(sessions, key=value_per_block)
 
     def expected_away_steps(self, session: ParkedSession, model: int) -> float:
-        """Steps the session is expected to stay away (1 without routing statistics: assume it comes straight back)."""
-        if self.routing is None:
-            return 1.0
-        move = self.routing[session.location][model]
-        return float(session.num_remaining) if move <= 0 else min(float(session.num_remaining), 1.0 / move)
+        """Steps the session is expected to stay away (at most its remaining tokens)."""
+        return _expected_steps(self.rates.return_rate(session.location, model), session.num_remaining)
+
+    def expected_stay_steps(self, request: Request, model: int) -> float:
+        """Steps ``request`` is expected to run here before it leaves or ends."""
+        return _expected_steps(self.rates.leave_rate(model), request.spec.max_tokens - request.num_output_tokens)
 
     def may_admit_by_spilling(
         self, victims: Sequence[ParkedSession], model: int, request: Request, batch_size: int
@@ -129,9 +152,14 @@ class CostSpill(SpillPolicy):
         if not victims:
             return False
         loss = sum(self.expected_recompute_s(v, model) for v in victims)
-        remaining = request.spec.max_tokens - request.num_output_tokens
-        ride = min(float(remaining), min(self.expected_away_steps(v, model) for v in victims))
+        away = min(self.expected_away_steps(v, model) for v in victims)
+        ride = min(self.expected_stay_steps(request, model), away)
         return loss <= ride * self.cost.saving_per_token_s(batch_size)
+
+
+def _expected_steps(rate: float, num_remaining: int) -> float:
+    """Steps until an event of per-step chance ``rate``, at most ``num_remaining``."""
+    return float(num_remaining) if rate <= 0 else min(float(num_remaining), 1.0 / rate)
 
 
 SPILL_POLICIES: dict[str, type[SpillPolicy]] = {p.name: p for p in (CostSpill, LRUSpill, AdmissionLimit)}

@@ -85,7 +85,7 @@ class Subserver:
         """A request arrives from the client or a peer; a finished one is released."""
         self._is_memory_bound = False
         if peer_req.is_finished:
-            self.abort(peer_req.request_id)
+            self.abort(peer_req.request_id, num_tokens=max(peer_req.anchors, default=0))
             return
         req = self.requests.get(peer_req.request_id)
         if req is None:
@@ -97,7 +97,7 @@ class Subserver:
             raise ProtocolError(f"model {self.model}: request {req.request_id} received while {req.status.name}")
         self.program.receive(req, peer_req)
         if self.memory is not None:
-            self.memory.unpark(peer_req.request_id)
+            self.memory.unpark(peer_req.request_id, len(req.token_ids))
         req.status = _WAITING
         req.ready_since = now
         self._ready.append(req)
@@ -189,7 +189,7 @@ class Subserver:
             else:
                 req.status = _PENDING
                 if self.memory is not None:
-                    self.memory.park(req.spec.request_id, dest, now)
+                    self.memory.park(req.spec.request_id, dest, now, len(ids))
                 handoffs.append((dest, self.program.send(req, dest)))
         return handoffs
 
@@ -228,8 +228,8 @@ class Subserver:
         ]
         return [(CLIENT, done), *releases]
 
-    def abort(self, request_id: str) -> bool:
-        """Forget a request (client gone or finished elsewhere); True if it was resident here."""
+    def abort(self, request_id: str, num_tokens: int | None = None) -> bool:
+        """Forget a request (client gone, or finished elsewhere at ``num_tokens``); True if it was resident here."""
         self._is_memory_bound = False
         req = self.requests.pop(request_id, None)
         if req is None:
@@ -239,7 +239,7 @@ class Subserver:
         req.status = RequestStatus.FINISHED
         self.program.release(request_id)
         if self.memory is not None:
-            self.memory.release(request_id)
+            self.memory.release(request_id, num_tokens)
         return True
 
     def next_deadline(self) -> float | None:

@@ -81,15 +81,19 @@ def waiting_request(max_tokens=100):
 
 def test_cost_admission_compares_expected_recompute_with_what_rides_along_while_the_victims_are_away():
     # The victim holds 100 tokens (recompute 100 * 0.01 s = 1 s), is at model 1 and comes back with 1% per step:
-    # away 100 steps. The new request rides along for min(its 100 tokens, 100) steps at base / 4 saved per token.
-    routing = [[0.9, 0.1], [0.01, 0.99]]
+    # away 100 steps. The new request stays on model 0 for 1 / 0.005 = 200 steps, at most its 100 tokens, so it
+    # rides along for min(100, 100) steps at base / 4 saved per token.
+    routing = [[0.995, 0.005], [0.01, 0.99]]
     victims = [session("v", 4, 100, 0.0, location=1, remaining=1000)]
     cheap_steps = CostSpill(StepCost(base_s=0.02, per_request_s=0.0, extend_s=0.01), routing)
     assert not cheap_steps.may_admit_by_spilling(victims, 0, waiting_request(), batch_size=4)  # 0.5 s < 1 s
     dear_steps = CostSpill(StepCost(base_s=0.08, per_request_s=0.0, extend_s=0.01), routing)
     assert dear_steps.may_admit_by_spilling(victims, 0, waiting_request(), batch_size=4)  # 2 s > 1 s
     assert not dear_steps.may_admit_by_spilling(victims, 0, waiting_request(max_tokens=10), batch_size=4)  # 0.2 s
-    bouncing = CostSpill(StepCost(base_s=0.08, per_request_s=0.0, extend_s=0.01), [[0.9, 0.1], [1.0, 0.0]])
+    # A request that leaves model 0 after 1 / 0.5 = 2 steps on average rides along for 2: 0.04 s < 1 s.
+    leaving = CostSpill(StepCost(base_s=0.08, per_request_s=0.0, extend_s=0.01), [[0.5, 0.5], [0.01, 0.99]])
+    assert not leaving.may_admit_by_spilling(victims, 0, waiting_request(), batch_size=4)
+    bouncing = CostSpill(StepCost(base_s=0.08, per_request_s=0.0, extend_s=0.01), [[0.995, 0.005], [1.0, 0.0]])
     assert not bouncing.may_admit_by_spilling(victims, 0, waiting_request(), batch_size=4)  # back next step
     ending = [session("e", 4, 100, 0.0, location=1, remaining=0)]  # ends on model 1: its KV is never needed
     assert bouncing.may_admit_by_spilling(ending, 0, waiting_request(), batch_size=4)
