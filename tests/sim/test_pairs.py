@@ -180,6 +180,25 @@ def test_checkpoints_that_are_not_the_pairs_are_refused(tmp_path: Path) -> None:
     check_pair(cfg, shapes_only)
 
 
+def test_a_config_of_the_pairs_models_in_another_order_or_alone_is_checked_by_name(tmp_path: Path) -> None:
+    """The large model alone (the bench's llm-only) or the pair listed large first: each model is compared with
+    the pair's model of its name, not the one at its index."""
+    vocab = {"x": 0}
+    small, large = checkpoint(tmp_path / "s", 10, vocab), checkpoint(tmp_path / "l", 30, vocab)
+
+    def config(*names: str) -> ServeConfig:
+        return ServeConfig.model_validate({"pair": LOCAL_PAIR, "models": [{"name": n, "path": n} for n in names]})
+
+    for path in (tmp_path / "s" / "tokenizer.json", tmp_path / "l" / "tokenizer.json"):
+        path.unlink()  # dims only: the made-up tokenizer would be refused whatever the order
+    check_pair(config("large"), [large])
+    check_pair(config("large", "small"), [large, small])
+    with pytest.raises(ConfigError, match=r"models\.0\.path: .*'num_hidden_layers': 10"):
+        check_pair(config("large"), [small])
+    with pytest.raises(ConfigError, match=r"models\.1\.path: .*'num_hidden_layers': 30"):
+        check_pair(config("large", "small"), [large, large])
+
+
 def test_the_local_recipe_is_read_from_the_pair() -> None:
     from tokenrouter.commands.models import DEFAULT_SMALL_LAYERS
     from trserve.modelprep import build, pair

@@ -50,10 +50,21 @@ def check_pair(cfg: ServeConfig, model_paths: Sequence[str]) -> None:
     if expected is None or cfg.backend != "vllm":
         return
     for i, path in enumerate(model_paths):
-        problem = model_mismatch(expected, i, Path(path))
-        if problem:
+        candidates = _pair_models(expected, cfg, i)
+        problems = [model_mismatch(expected, k, Path(path)) for k in candidates]
+        if all(problems):
             what = "its router's " if pair is None else ""
-            _refuse(cfg, f"models.{i}.path: {path} {problem}, not those of {what}{describe(expected)}")
+            _refuse(cfg, f"models.{i}.path: {path} {problems[0]}, not those of {what}{describe(expected)}")
+
+
+def _pair_models(pair: Pair, cfg: ServeConfig, index: int) -> list[int]:
+    """Which of the pair's models config model ``index`` must be: the one of its name; else the one at its
+    place when the config has as many models as the pair; else any (a single-model config of an unnamed one)."""
+    names = [m.name for m in pair.spec.models]
+    name = cfg.models[index].name
+    if name in names:
+        return [names.index(name)]
+    return [index] if len(cfg.models) == len(names) else list(range(len(names)))
 
 
 def _router_pair(cfg: ServeConfig) -> Pair | None:
