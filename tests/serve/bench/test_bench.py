@@ -150,6 +150,10 @@ def test_a_config_with_replicas_is_one_line_error() -> None:
     assert "benchmarks/replicas_bench.py" in proc.stderr and (ROOT / "benchmarks/replicas_bench.py").is_file()
 
 
+#: Short answers, so that each system answers several requests in full within its 2 s (at 10-30 tok/s for N = 2).
+MAX_TOKENS = 8
+
+
 @pytest.mark.serve
 def test_small_bench_runs_every_system_on_real_engines(tmp_path: Path, prepared_pair: tuple[Path, Path]) -> None:
     """The CI bench: the seven TokenRouter-served systems, rstitch, N = 2, one short window each, real vLLM servers
@@ -158,7 +162,8 @@ def test_small_bench_runs_every_system_on_real_engines(tmp_path: Path, prepared_
     out = tmp_path / "out"
     # Every TokenRouter-served system; vLLM's own server is tested apart (tests/serve/bench/test_vllm_server.py).
     cmd = [sys.executable, "-m", "tokenrouter.cli", "bench", "--routers", "rstitch", "-n", "2", "--repetitions", "1",
-           "--warmup-s", "0.5", "--window-s", "1.5", "--systems", ",".join(SYSTEMS), "--out", str(out)]  # fmt: skip
+           "--warmup-s", "0.5", "--window-s", "1.5", "--max-tokens", str(MAX_TOKENS), "--systems", ",".join(SYSTEMS),
+           "--out", str(out)]  # fmt: skip
     measured_on = profiles_cpu()
     if measured_on != cpu_model():
         # The bench predicts from this machine's profiles and refuses another CPU's (no silent fallback): on such
@@ -176,11 +181,11 @@ def test_small_bench_runs_every_system_on_real_engines(tmp_path: Path, prepared_
     assert by_system["lockstep"]["throughput_tok_s"] < by_system["tokenrouter-b1"]["throughput_tok_s"]
     for run in doc["runs"]:
         assert run["concurrency"] == 2 and run["throughput_tok_s"] > 0
-        # Every answer the system wrote has exactly the 32 tokens asked (max_tokens, ignore_eos): none lost, none
+        # Every answer the system wrote has exactly the tokens asked (max_tokens, ignore_eos): none lost, none
         # written twice, whatever the system.
         answered = run["answered"]
         assert answered["requests"] > 0 and run["num_failed"] == 0, run
-        assert answered["tokens"] == answered["asked_tokens"] == 32 * answered["requests"], run
+        assert answered["tokens"] == answered["asked_tokens"] == MAX_TOKENS * answered["requests"], run
         assert 0.0 <= run["llm_token_fraction"] <= 1.0
         source = run["latency_source"]
         if run["system"].startswith("tokenrouter"):  # out of sample: the one-core profiles of this machine
