@@ -132,15 +132,17 @@ def test_routine_client_fields_are_accepted(hash_server: Served):
 
 
 def _repeat_case(max_tokens: int, min_tokens: int, key: str) -> tuple[list[int], list[int], int]:
-    """A prompt whose hash-engine output (under the schedule program's keyed hand-offs) has a token that occurs
-    before ``min_tokens`` and again after it: (prompt, output, that token). Found by search: with ~10k token ids
-    a repeat is rare, so the stop-after-min_tokens case is built, not hoped for."""
-    for i in range(5000):
+    """A prompt whose hash-engine output (under the schedule program's keyed hand-offs) has, first at the last
+    place ``min_tokens`` forbids a stop (output token ``min_tokens``), a token that occurs again after it:
+    (prompt, output, that token). Found by search: with ~10k token ids a repeat is rare, so the boundary case is
+    built, not hoped for."""
+    for i in range(20000):
         prompt = [400 + 13 * i + k for k in range(6)]
         ids = reference(lambda m, seq: hash_next(m, seq).token_id, prompt, key, max_tokens, prob=0.5)
-        for token in ids[:min_tokens]:
-            if token in ids[min_tokens:-1]:  # a later occurrence that is not the last token (max_tokens)
-                return prompt, ids, token
+        token = ids[min_tokens - 1]
+        # First there, and again later but not as the last token (that one ends the request by max_tokens).
+        if token not in ids[: min_tokens - 1] and token in ids[min_tokens:-1]:
+            return prompt, ids, token
     raise AssertionError("no prompt with a repeated token")
 
 
@@ -151,7 +153,7 @@ def test_min_tokens_and_stop_token_ids_end_requests_in_the_core(hash_server: Ser
     prompt, ids, stop = _repeat_case(24, min_tokens, key)
     early = ids.index(stop)
     late = ids.index(stop, min_tokens)
-    assert early < min_tokens <= late < len(ids) - 1
+    assert early == min_tokens - 1 and min_tokens <= late < len(ids) - 1  # a stop one token too early, then one after
     with hash_server.client() as c:
         base = {**ORDINARY, "prompt": prompt, "max_tokens": 24, "return_token_ids": True,
                 "routing_extra": {"handoff_prob": 0.5, "decision_key": key}}  # fmt: skip
