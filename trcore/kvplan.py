@@ -64,7 +64,7 @@ class KVMemory:
         n = len(req.token_ids)
         return n if req.spec.request_id in self.spilled else n - req.anchors[model]
 
-    def park(self, request_id: str, location: int, now: float, num_tokens: int = 0) -> None:
+    def park(self, request_id: str, location: int, now: float, num_tokens: int) -> None:
         """The request (``num_tokens`` long) left for ``location`` after its step; its KV here is parked."""
         self._parked[request_id] = (now, location, num_tokens)
         self.policy.observe_departure()
@@ -77,7 +77,7 @@ class KVMemory:
             for rid in ids:
                 self.ledger.free(rid)
 
-    def unpark(self, request_id: str, num_tokens: int = 0) -> None:
+    def unpark(self, request_id: str, num_tokens: int) -> None:
         """The request came back, now ``num_tokens`` long."""
         self._end_absence(request_id, num_tokens, returned=True)
 

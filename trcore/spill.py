@@ -108,7 +108,6 @@ class CostSpill(SpillPolicy):
 
     def __init__(self, cost: StepCost | None = None, routing: Sequence[Sequence[float]] | None = None) -> None:
         self.cost = cost or StepCost()
-        self.routing = routing
         self.rates = MoveRates(routing) if routing is not None else LearnedMoveRates()
 
     def observe_steps(self, num_steps: int) -> None:
