@@ -29,6 +29,9 @@ class MemoryStats:
     num_recomputed_tokens: int = 0  #: context tokens fed again after a spill or preemption
     num_admission_waits: int = 0  #: new requests that waited for memory at least once
     waited: set[str] = field(default_factory=set, repr=False)
+    #: New requests waiting for memory now (they got no blocks yet): what a front end admitting by KV headroom
+    #: (``server.kv_admission``) holds further requests behind.
+    waiting_now: set[str] = field(default_factory=set, repr=False)
 
 
 @dataclass
@@ -90,6 +93,7 @@ class KVMemory:
         else:
             self._end_absence(request_id, num_tokens, returned=False)
         self.stats.waited.discard(request_id)
+        self.stats.waiting_now.discard(request_id)
 
     def _end_absence(self, request_id: str, num_tokens: int, returned: bool) -> None:
         parked = self._parked.pop(request_id, None)
@@ -146,6 +150,7 @@ class KVMemory:
 
     def _reserve(self, req: Request, target: int, model: int) -> None:
         rid = req.spec.request_id
+        self.stats.waiting_now.discard(rid)
         if rid in self.spilled:  # the subserver clears the mark once it has built the batch
             self.stats.num_recomputed_tokens += req.anchors[model]
         self.ledger.reserve(rid, target)
@@ -173,9 +178,11 @@ class KVMemory:
         if victims is not None and allowed:
             self._spill([v.request_id for v in victims], launch.evicted, preempted=False)
             return True
-        if not holds and rid not in self.spilled and req.num_output_tokens == 0 and rid not in self.stats.waited:
-            self.stats.waited.add(rid)
-            self.stats.num_admission_waits += 1
+        if not holds and rid not in self.spilled and req.num_output_tokens == 0:
+            self.stats.waiting_now.add(rid)
+            if rid not in self.stats.waited:
+                self.stats.waited.add(rid)
+                self.stats.num_admission_waits += 1
         if not holds:
             return False  # it waits for room: only a request under way here may preempt others
         return self._preempt(req, target, launch)

@@ -150,11 +150,26 @@ def test_new_request_waits_at_admission_when_spilling_costs_more():
     sub.receive(make_arrival("r1", prompt=(1, 2, 3, 4, 5, 6), max_tokens=8), 2.0)  # needs 2 blocks, 1 free
     batch, _ = step(sub, [21], 3.0)
     assert batch.request_ids == ["r2"] and batch.evicted == () and mem.stats.num_admission_waits == 1
+    assert mem.stats.waiting_now == {"r1"}  # what a front end admitting by KV headroom holds others behind
     batch, _ = step(sub, [22], 4.0)
     assert batch.request_ids == ["r2"] and mem.stats.num_admission_waits == 1  # one request, counted once
     sub.abort("r0")  # finished elsewhere: its blocks come back
     batch = sub.launch(5.0)
     assert batch is not None and batch.request_ids == ["r1", "r2"] and batch.evicted == ()  # all fit: ready order
+    assert mem.stats.waiting_now == set() and mem.stats.num_admission_waits == 1
+
+
+def test_a_new_request_aborted_while_it_waits_for_memory_no_longer_counts_as_waiting():
+    mem = KVMemory(KVBudget(num_blocks=5, block_size=4), CostSpill(StepCost(base_s=0.001, extend_s=0.01)))
+    sub = small_model(mem, {"r0": [(1, True)], "r2": [(0, True)] * 8})
+    sub.receive(make_arrival("r0", prompt=tuple(range(11)), max_tokens=8), 0.0)
+    sub.receive(make_arrival("r2", prompt=(1, 2, 3), max_tokens=8), 0.0)
+    step(sub, [10, 20], 1.0)
+    sub.receive(make_arrival("r1", prompt=(1, 2, 3, 4, 5, 6), max_tokens=8), 2.0)
+    step(sub, [21], 3.0)
+    assert mem.stats.waiting_now == {"r1"}
+    sub.abort("r1")
+    assert mem.stats.waiting_now == set() and mem.stats.num_admission_waits == 1
 
 
 def test_an_idle_model_lets_a_request_in_by_spilling_rather_than_stand_still():

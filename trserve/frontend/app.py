@@ -109,6 +109,7 @@ def create_app(ctx: ServerContext) -> Any:
             "inboxes": {"frontend": fe.mailbox.address, **{str(p): a for p, a in fe.mailbox.addresses.items()}},
             "received": dict(fe.mailbox.counts),
             "adaptive": fe.tuner.state() if fe.tuner is not None else None,
+            "kv_admission": fe.kv_gate.state(),
         }
 
     @app.post("/v1/completions")

@@ -17,6 +17,7 @@ from typing import Any
 from trcore import PeerReq, RequestSpec
 from trserve.frontend.counts import CountPublisher
 from trserve.frontend.generation import Failure, Generation, Overloaded, Unavailable
+from trserve.frontend.kv_gate import KVGate
 from trserve.frontend.metrics import Metrics
 from trserve.frontend.pinning import Pinning
 from trserve.frontend.probes import Prober
@@ -38,7 +39,8 @@ class FrontEnd:
     ``entry`` is the process that receives new requests. With replicas (``pinning``), ``entry`` is the entry
     model, and each request goes to the process of its pinned replica of it. Processes ``0 .. num_subservers - 1``
     are subservers, sent the count their threshold tables key on (:meth:`process_counts`; 0: none, the baselines'
-    workers keep no threshold table)."""
+    workers keep no threshold table). ``kv_admission``: hold requests while the entry model's core keeps a new
+    one waiting for KV (:mod:`trserve.frontend.kv_gate`)."""
 
     def __init__(
         self,
@@ -52,6 +54,7 @@ class FrontEnd:
         max_waiting: int,
         keys: CurveKeys | None = None,
         pinning: Pinning | None = None,
+        kv_admission: bool = False,
     ) -> None:
         self.entry = entry
         self.pinning = pinning
@@ -69,6 +72,8 @@ class FrontEnd:
         self.on_ready: Callable[[Ready], None] | None = None
         #: Tokens of KV each process's cache holds, as its ``Ready`` said (absent or 0: not enforced).
         self.kv_capacity: dict[int, int] = {}
+        procs = [entry] if pinning is None else list(pinning.table.procs_of(entry))
+        self.kv_gate = KVGate(procs, kv_admission)
         self.mailbox = open_async_mailbox(inbox_address, inboxes, keys)
         self.counts = CountPublisher(num_subservers, self.mailbox)
         self.prober = Prober(self.mailbox.send)  # not self.send: no reference cycle back to the front end
@@ -117,7 +122,7 @@ class FrontEnd:
         if set(self.down) - self.restarting:
             raise Unavailable(f"the server is not serving: {self.why_down()}", retry_after_s=5)
         gen = Generation(spec, prompt_token_ids, extra, last_progress=time.monotonic())
-        if self.down or self.num_active >= self.max_active:  # while a model restarts, requests wait for it
+        if self.down or self.waiting or not self._has_room():  # while a model restarts, requests wait for it
             if len(self.waiting) >= self.max_waiting:
                 self.metrics.requests.labels("rejected").inc()
                 if self.down:
@@ -146,9 +151,12 @@ class FrontEnd:
         self.num_active += 1
         self.send(self.entry if self.pinning is None else self.pinning.process(gen, self.entry), msg)
 
+    def _has_room(self) -> bool:
+        return self.num_active < self.max_active and not self.kv_gate.holds(self.num_active)
+
     def dispatch_waiting(self) -> None:
-        """Dispatch queued requests while there is room and every model is up."""
-        while self.waiting and self.num_active < self.max_active and not self.down:
+        """Dispatch queued requests while there is room (slots, and KV by ``kv_admission``) and every model is up."""
+        while self.waiting and not self.down and self._has_room():
             self._dispatch(self.waiting.popleft())
 
     def finish(self, gen: Generation, reason: str) -> None:
@@ -168,6 +176,7 @@ class FrontEnd:
             self.pinning.unpin(gen)
         gen.events.put_nowait(event)
         self.metrics.requests.labels(outcome).inc()
+        self.kv_gate.on_end()
         if outcome == "finished":
             self.metrics.e2e_seconds.observe(time.monotonic() - gen.spec.arrival_time)
         self.dispatch_waiting()
@@ -257,6 +266,10 @@ class FrontEnd:
             self.tuner.on_step(report)
         if self.pinning is not None:
             self.pinning.on_report(report)
+        proc = report.model if self.pinning is None else self.pinning.table.proc(report.model, report.replica)
+        self.kv_gate.on_report(proc, report.memory)
+        if self.waiting:
+            self.dispatch_waiting()
         now = time.monotonic()
         for rid, offset, tokens in report.tokens:
             gen = self.generations.get(rid)

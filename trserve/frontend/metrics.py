@@ -49,6 +49,10 @@ class Metrics:
             "Since the subserver started: spilled sessions, preempted requests, recomputed tokens, admission waits",
             ["model", "event"], registry=reg,
         )  # fmt: skip
+        self.kv_waiting = Gauge(
+            "tokenrouter_kv_waiting_admission", "New requests the model's core keeps waiting for KV now",
+            ["model"], registry=reg,
+        )  # fmt: skip
         self.handoffs = Counter(
             "tokenrouter_handoffs", "Requests handed to another model after a step", ["model"], registry=reg
         )
@@ -166,6 +170,7 @@ class Metrics:
             self.kv_blocks.labels(model, kind).set(value)
         for event in ("spilled", "preempted", "recomputed_tokens", "admission_waits"):
             self.kv_events.labels(model, event).set(memory[event])
+        self.kv_waiting.labels(model).set(memory.get("waiting_admission", 0))
 
     def observe_emulation(self, model: str, report: StepReport) -> None:
         """An emulated step: the latency it was given, how much longer it took, and its wait's CPU."""

@@ -40,6 +40,7 @@ class Recovery:
         (HTTP 503)."""
         fe = self.frontend
         fe.down[proc] = why
+        fe.kv_gate.forget(proc)
         if fe.pinning is not None:
             fe.pinning.forget_queue(proc)
         if not restarting:

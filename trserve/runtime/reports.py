@@ -83,6 +83,7 @@ def memory_fields(memory: KVMemory | None) -> dict[str, int]:
         "preempted": stats.num_preempted,
         "recomputed_tokens": stats.num_recomputed_tokens,
         "admission_waits": stats.num_admission_waits,
+        "waiting_admission": len(stats.waiting_now),
     }
 
 

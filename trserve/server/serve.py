@@ -171,6 +171,7 @@ def start_frontend(
         max_waiting=cfg.server.max_waiting_requests,
         keys=spec.endpoints.keys,
         pinning=pinning,
+        kv_admission=cfg.mode == "routed" and cfg.server.kv_admission,
     )
     frontend.start()
     if cfg.mode == "routed" and cfg.batching.thresholds == "adaptive":
