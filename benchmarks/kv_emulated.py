@@ -40,20 +40,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kv_emulated_report import write_report
 
 
-def run_cell(cell: GridCell, args: argparse.Namespace, lengths: Lengths, tmp: Path) -> dict[str, Any]:
-    """One cell on its own server: the window's throughput, memory counters, failures and answer digests."""
+def run_cell(
+    cell: GridCell, args: argparse.Namespace, lengths: Lengths, tmp: Path, server: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """One cell on its own server: the window's throughput, memory counters, failures and answer digests
+    (``server``: settings of the config's ``server`` section beside the grid's)."""
     profiles = {n: Path(args.profiles) / f"{n}.json" for n in ("small", "large")}
     path = tmp / f"{cell.key.replace('/', '-')}.yaml"
-    path.write_text(yaml.safe_dump(serve_config(cell, profiles, max(64, cell.concurrency))))
+    config = serve_config(cell, profiles, max(64, cell.concurrency))
+    config["server"].update(server or {})
+    path.write_text(yaml.safe_dump(config))
     routing = None if cell.system == "llm-only" else (ROUTINGS[cell.routing]["P"], ROUTINGS[cell.routing]["C"])
     work = Workload(warmup_s=args.warmup_s, window_s=args.window_s, lengths=lengths, routing=routing,
                     record_text=True)  # fmt: skip
-    server = ServerProcess(path)
-    server.start(timeout_s=300)
+    process = ServerProcess(path)
+    process.start(timeout_s=300)
     try:
-        load = eventloop.run(run_load(server.url, cell.concurrency, work))
+        load = eventloop.run(run_load(process.url, cell.concurrency, work))
     finally:
-        server.stop()
+        process.stop()
     return {
         "key": cell.key, "routing": cell.routing, "concurrency": cell.concurrency, "memory": cell.memory,
         "system": cell.system, "policy": cell.policy, "kv_tokens": cell.kv_tokens,
@@ -89,7 +94,8 @@ def merge(out: Path, header: dict[str, Any], cells: list[dict[str, Any]], record
     return doc
 
 
-def main(argv: list[str] | None = None) -> int:
+def grid_parser() -> argparse.ArgumentParser:
+    """The grid's flags (``benchmarks/kv_admission_ab.py`` takes the engine, length and window ones too)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", "--concurrency", default="32,64,128")
     parser.add_argument("--routings", default=",".join(ROUTINGS))
@@ -102,7 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="docs/bench-emulated/memory/kv-emulated.json")
     parser.add_argument("--no-sim", action="store_true", help="measure only; predict later with --sim-only")
     parser.add_argument("--sim-only", action="store_true", help="predict the cells of --out that lack a prediction")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = grid_parser().parse_args(argv)
     lengths = Lengths("short-reasoning", args.scale)
     roomy = int(load_profile(Path(args.profiles) / "large.json").calibration["engine"]["kv_capacity_tokens"])  # type: ignore[index]
     header = {"command": " ".join(["python", "benchmarks/kv_emulated.py", *(argv or sys.argv[1:])]),
