@@ -104,8 +104,9 @@ class ServerConfig(StrictSection):
     max_waiting_requests: int = Field(256, ge=0)
     #: Admit by KV headroom: while the entry model's core keeps a new request waiting for memory (its spill policy
     #: found no room worth making), further requests wait in the front end's queue, not on the model
-    #: (:mod:`trserve.frontend.kv_gate`). Routed mode with KV accounting only; false: dispatch up to the limit.
-    kv_admission: bool = True
+    #: (:mod:`trserve.frontend.kv_gate`). Routed mode with KV accounting only. Off by default: on and off side
+    #: by side it gained in one emulated cell and lost in another (docs/benchmarks.md).
+    kv_admission: bool = False
     max_body_bytes: int = Field(1_000_000, ge=1024)
     #: Output tokens per stream chunk (as vLLM's ``--stream-interval``): 1 sends each token as it comes; n > 1
     #: holds text until n tokens since the last chunk (the first chunk and the last are never held).

@@ -34,7 +34,13 @@ def crossval(
     repeats: int = typer.Option(
         2, "--repeats", help="Runs per cell (interleaved); from 2 on, the first is the input, the rest scored."
     ),
-    workload: str = typer.Option("fixed", "--workload", help="Workloads, from fixed, reasoning (comma-separated)."),
+    workload: str | None = typer.Option(
+        None, "--workload", help="Workloads, from fixed, reasoning (comma-separated) [fixed]."
+    ),
+    lengths: str | None = typer.Option(
+        None, "--lengths", help="Instead of --workload: lengths from a simulator preset, as `bench --lengths`."
+    ),
+    length_scale: float = typer.Option(1.0, "--length-scale", help="Every length of --lengths times this."),
     drift: str = typer.Option("scale", "--drift", help="Drift probe: scale, stop, report or skip."),
     drift_tolerance: float = typer.Option(0.05, "--drift-tolerance", help="Relative drift beyond which stop stops."),
     sim_s: float = typer.Option(120.0, "--sim-s", help="Simulated seconds per cell."),
@@ -52,11 +58,12 @@ def crossval(
     from tokenrouter import options as opt
     from tokenrouter.commands.serve import _load
     from trcore.errors import ConfigError
+    from trserve.bench.requests import Lengths
     from trserve.crossval.plan import RouterChoice, make_plan
     from trserve.crossval.predict import emulated_calibration, load_calibration
     from trserve.crossval.run import run_crossval, write_outputs
     from trserve.crossval.stack import StackProbe, load_stack
-    from trserve.crossval.workloads import WORKLOADS, make_workload
+    from trserve.crossval.workloads import WORKLOADS, lengths_workload, make_workload
     from trserve.hardware import hardware_tag
     from trserve.paths import calibration_dir
     from trserve.server.drift import DRIFT_MODES
@@ -72,10 +79,15 @@ def crossval(
             raise ConfigError(key, f"must be >= 1, got {value}")
     for key, fvalue in {"--measure-s": measure_s, "--sim-s": sim_s, "--drift-tolerance": drift_tolerance}.items():
         opt.check_positive(fvalue, key)
-    workloads = [w.strip() for w in workload.split(",") if w.strip()]
-    for name in workloads or [""]:
+    if lengths is not None and workload is not None:
+        raise ConfigError("--lengths", "give --lengths or --workload, not both")
+    preset = Lengths(lengths, length_scale) if lengths is not None else None
+    workloads = [w.strip() for w in (workload or "fixed").split(",") if w.strip()] if preset is None else ["lengths"]
+    for name in workloads if preset is None else []:
         if name not in WORKLOADS:
             raise ConfigError("--workload", f"unknown workload {name!r}; valid: {', '.join(WORKLOADS)}")
+    if not workloads:
+        raise ConfigError("--workload", f"no workload given; valid: {', '.join(WORKLOADS)}")
     if drift not in DRIFT_MODES:
         raise ConfigError("--drift", f"unknown mode {drift!r}; valid: {', '.join(DRIFT_MODES)}")
     plan = make_plan(
@@ -101,13 +113,16 @@ def crossval(
     typer.echo(f"crossval: {plan.num_cells} cells x {len(workloads)} workload(s), about {minutes:.1f} min", err=True)
     base = out or calibration_dir("crossval", tag)
     for name in workloads:
-        client = make_workload(name, cfg, max_tokens, warmup_s, measure_s, seed)
+        if preset is not None:
+            client = lengths_workload(cfg, preset, warmup_s, measure_s)
+        else:
+            client = make_workload(name, cfg, max_tokens, warmup_s, measure_s, seed)
         doc, traces = run_crossval(
             cfg, plan, calibration, client, sim_s, _progress, drift, drift_tolerance, stack_choice
         )
         folder = base if len(workloads) == 1 else base / name
-        written = write_outputs(doc, traces, folder, f"Cross-validation on {tag}, {name} workload")
-        _echo_summary(name, doc)
+        written = write_outputs(doc, traces, folder, f"Cross-validation on {tag}, {client.name} workload")
+        _echo_summary(client.name, doc)
         typer.echo("wrote " + ", ".join(str(p) for p in written))
 
 

@@ -146,3 +146,23 @@ def step_breakdown(steps: Sequence[StepRecord], num_models: int, measure_s: floa
             }
         )
     return out
+
+
+#: The core's cumulative memory counters a step report carries (``trserve.runtime.reports.memory_fields``).
+MEMORY_EVENTS = ("spilled", "preempted", "recomputed_tokens", "admission_waits")
+
+
+def memory_events(runs: Sequence[Sequence[StepRecord]], num_models: int) -> list[dict[str, int]] | None:
+    """Per model, the memory events inside the windows of ``runs`` (each a window's steps in order): the counters'
+    growth from each window's first step of the model to its last, summed; None without KV accounting."""
+    if not any(s.memory for steps in runs for s in steps):
+        return None
+    out = []
+    for m in range(num_models):
+        totals = dict.fromkeys(MEMORY_EVENTS, 0)
+        for steps in runs:
+            mine = [s.memory for s in steps if s.model == m and s.memory]
+            for event in MEMORY_EVENTS if mine else ():
+                totals[event] += mine[-1][event] - mine[0][event]
+        out.append(totals)
+    return out

@@ -54,6 +54,8 @@ class StepRecord:
     host_gap_s: float | None = None
     #: ``backend: emulated``: the latency the step was given (None for other engines).
     emulated_s: float | None = None
+    #: The core's KV accounting after the step (cumulative counters; empty without accounting).
+    memory: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, report: StepReport, at: float) -> StepRecord:

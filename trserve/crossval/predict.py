@@ -10,6 +10,7 @@ from typing import Any
 
 from trcore import BatchingPolicy
 from trcore.errors import ConfigError
+from trcore.memory import KVBudget
 from trcore.routing_stats import RoutingStats, estimate_routing_stats
 from trcore.throughput import ThroughputModel
 from trcore.traces import RequestTrace
@@ -19,6 +20,7 @@ from trserve.engine.emulated import EmulatedLatency
 from trsim.build import with_traces
 from trsim.config import SimConfig
 from trsim.driver import simulate
+from trsim.kv import KVSimConfig
 from trsim.metrics import SimResult
 from trsim.profile import latency_from_profile, load_profile
 from trsim.workload import WorkloadConfig
@@ -30,11 +32,14 @@ QUANTUM_S = 1e-3
 @dataclass(frozen=True)
 class Calibration:
     """Per model: its profile path and latency model (``trsim.latency.LatencyModel``); ``stack``: the serving
-    stack's own costs the simulator adds (``trserve.crossval.stack``; the throughput model takes none)."""
+    stack's own costs the simulator adds (``trserve.crossval.stack``; the throughput model takes none); ``kv``: the
+    memory the simulator gives each model."""
 
     paths: tuple[str, ...]
     latency: tuple[Any, ...]
     stack: StackCosts | None = None
+    #: The engines' KV pools and the spill policy (:func:`kv_for_sim`); None: memory is free in the simulator.
+    kv: KVSimConfig | None = None
 
     def table(self, model: int, max_batch: int, context: int, extend: float = 0.0) -> list[float]:
         """Step latency (s) of ``model`` for batch sizes 1..max_batch, every request at ``context`` tokens and
@@ -66,6 +71,29 @@ def emulated_calibration(cfg: ServeConfig) -> Calibration:
         paths.append(f"emulated: {m.emulated.model_dump(exclude_none=True)}")
         models.append(EmulatedLatency.from_config(m.emulated).model)
     return Calibration(tuple(paths), tuple(models))
+
+
+def kv_for_sim(cfg: ServeConfig, capacity_tokens: dict[int, int]) -> KVSimConfig | None:
+    """The simulator's memory for ``cfg``'s models: each engine's pool as its ``Ready`` reported it (tokens), the
+    config's block size and ``max_num_seqs``, and ``memory.policy``; None with ``policy: off`` or an engine that
+    reported no pool (no accounting on the server either)."""
+    policy = cfg.memory.policy
+    if policy == "off" or any(capacity_tokens.get(m, 0) <= 0 for m in range(cfg.num_models)):
+        return None
+    budgets = tuple(
+        KVBudget.from_tokens(capacity_tokens[m], model.block_size, model.max_num_seqs)
+        for m, model in enumerate(cfg.models)
+    )
+    return KVSimConfig(budgets, policy)
+
+
+def memory_note(kv: KVSimConfig | None, capacity_tokens: dict[int, int]) -> dict[str, Any]:
+    """What the result records of memory: the engines' pools and what the simulator was given."""
+    pools = {str(m): t for m, t in sorted(capacity_tokens.items())}
+    if kv is None:
+        return {"kv_capacity_tokens": pools, "simulator": "memory free (memory.policy off, or no pool reported)"}
+    budgets = [{"num_blocks": b.num_blocks, "block_size": b.block_size, "max_seqs": b.max_seqs} for b in kv.budgets]
+    return {"kv_capacity_tokens": pools, "simulator": {"spill": kv.spill, "budgets": budgets}}
 
 
 def routing_stats(traces: Sequence[RequestTrace], num_models: int, entry_model: int) -> RoutingStats:
@@ -151,6 +179,7 @@ def sim_result(
         policies=policies,
         workload=WorkloadConfig(arrival="closed", concurrency=concurrency, think_time_s=turnaround),
         seed=seed,
+        kv=calibration.kv,
         **(stack.sim_fields() if stack is not None else {}),
     )
     config = with_traces(base, traces)

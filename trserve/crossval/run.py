@@ -23,12 +23,21 @@ from trserve import eventloop
 from trserve.config import ServeConfig
 from trserve.crossval.diagnose import add_rescaled_predictions, rescaled
 from trserve.crossval.drift import probe_drift
-from trserve.crossval.fidelity import compare, real_fidelity, sim_fidelity, step_breakdown, summarize_fidelity
+from trserve.crossval.fidelity import (
+    compare,
+    memory_events,
+    real_fidelity,
+    sim_fidelity,
+    step_breakdown,
+    summarize_fidelity,
+)
 from trserve.crossval.harness import CellRun, ClientWorkload, crossval_server, run_cell
 from trserve.crossval.messages import ProgramChoice
 from trserve.crossval.plan import CrossvalPlan, RouterChoice
 from trserve.crossval.predict import (
     Calibration,
+    kv_for_sim,
+    memory_note,
     model_predictions,
     routing_stats,
     sim_result,
@@ -62,9 +71,9 @@ async def measure(
     probe: Callable[[Any], Any] | None,
     progress: Progress,
     stack: StackProbe | None = None,
-) -> tuple[list[Measured], DriftReport | None, StackCosts | None]:
+) -> tuple[list[Measured], DriftReport | None, StackCosts | None, dict[int, int]]:
     """Run the drift probe (``probe(frontend)``, if any), the stack probe (if ``stack``) and then every cell of
-    ``plan`` on one server start."""
+    ``plan`` on one server start; also returns each model's KV pool in tokens, as its engine reported it."""
     cap = max_batch_of(cfg)
     runs: list[Measured] = []
     costs = None
@@ -86,7 +95,8 @@ async def measure(
             run = await run_cell(frontend, program_factory(router, cfg.num_models), policies, n, workload, tag)
             runs.append((rep, router, n, b, run))
             progress(f"[{k + 1}/{len(cells)}] {tag}: {run.throughput_tok_s:.1f} tok/s ({run.num_finished} finished)")
-    return runs, drift, costs
+        kv_capacity = dict(frontend.kv_capacity)
+    return runs, drift, costs, kv_capacity
 
 
 def run_crossval(
@@ -112,10 +122,10 @@ def run_crossval(
 
     drift_probe = None if drift_mode == "skip" else probe
     stack_probe = stack if isinstance(stack, StackProbe) else None
-    runs, drift, probed = eventloop.run(measure(cfg, plan, workload, drift_probe, progress, stack_probe))
+    runs, drift, probed, kv_capacity = eventloop.run(measure(cfg, plan, workload, drift_probe, progress, stack_probe))
     measured_s = time.time() - started
     costs = costs_for_sim(probed or stack, drift is not None and drift.action == "scaled")
-    calibration = replace(calibration, stack=costs)
+    calibration = replace(calibration, stack=costs, kv=kv_for_sim(cfg, kv_capacity))
     factors = drift.factors if drift is not None else [1.0] * cfg.num_models
     inputs = input_runs(plan, runs)
     cells, routing, traces, stats = predict_cells(cfg, plan, calibration, factors, runs, inputs, sim_s, progress)
@@ -130,6 +140,7 @@ def run_crossval(
         "inputs": inputs_note(plan),
         "drift": drift.to_dict() if drift is not None else {"action": "not probed"},
         "stack": costs.to_dict() if costs is not None else {"source": "none: the simulator's stack is ideal"},
+        "memory": memory_note(calibration.kv, kv_capacity),
         "diagnosis": diagnosis,
         "cells": cells,
         "routing": routing,
@@ -226,6 +237,7 @@ def predict_cells(
                 sim = sim_result(replay, predictor, n, b, cap, sim_s)
                 cell = score_cell(cfg, plan, router.name, n, b, runs, scored, calibration, context, extend)
                 cell |= {"model_tok_s": model_tok_s[b], "sim_tok_s": sim.throughput_tok_s}
+                cell["memory"]["sim"] = (sim.extra or {}).get("kv")
                 cell["fidelity"]["sim"] = sim_fidelity(sim, cfg.entry_model)
                 cell["fidelity"]["sim_vs_real"] = compare(cell["fidelity"]["real"], cell["fidelity"]["sim"])
                 cells.append(add_errors(cell))
@@ -268,6 +280,7 @@ def score_cell(
             for m, s in enumerate(breakdown)
         ],
         "fidelity": {"real": real_fidelity(mine, cfg.num_models, cfg.entry_model)},
+        "memory": {"real": memory_events([run.steps for run in mine], cfg.num_models)},
     }
 
 

@@ -4,7 +4,10 @@
   ``max_tokens`` output tokens;
 * ``reasoning``: shaped like the simulator's ``short-reasoning`` preset scaled to the local pair's 2,048-token
   context: prompts of about 100 tokens (four of the routing questions asked together), output lengths drawn
-  from ``short-reasoning``'s distribution halved (lognormal, median 600, sigma 0.6, 8 to 1,024 tokens).
+  from ``short-reasoning``'s distribution halved (lognormal, median 600, sigma 0.6, 8 to 1,024 tokens);
+* a simulator length preset (``--lengths``, :func:`lengths_workload`): request ``k`` has the prompt length and output
+  length the bench's ``--lengths`` load draws for its client 0, request ``k`` (random token ids), so crossval and
+  ``tokenrouter bench`` send the same requests.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import random
 from pathlib import Path
 
 from trcore.errors import ConfigError
+from trserve.bench.requests import Lengths, prompt_ids
 from trserve.config import ServeConfig
 from trserve.crossval.harness import ClientWorkload
 from trserve.engine.stand_in_tokenizer import load_tokenizer
@@ -71,3 +75,18 @@ def make_workload(
     if any(longest > m.max_model_len for m in cfg.models):
         raise ConfigError("workload", f"{name}: a request reaches {longest} tokens, beyond a model's max_model_len")
     return ClientWorkload(prompts, max_tokens, warmup_s, measure_s, output_lengths=lengths, name=name)
+
+
+def lengths_workload(cfg: ServeConfig, lengths: Lengths, warmup_s: float, measure_s: float) -> ClientWorkload:
+    """:data:`NUM_LENGTHS` requests drawn from a length preset (see the module docstring), named after it."""
+    drawn = [lengths.draw(0, k) for k in range(NUM_LENGTHS)]
+    prompts = tuple(tuple(prompt_ids(lengths.rng(0, k), p)) for k, (p, _) in enumerate(drawn))
+    outputs = tuple(o for _, o in drawn)
+    limit = min(m.max_model_len for m in cfg.models)
+    if lengths.max_total_tokens > limit:
+        raise ConfigError(
+            "--lengths", f"{lengths.preset} x {lengths.scale:g} allows {lengths.max_total_tokens} tokens per request, "
+            f"beyond a model's max_model_len ({limit}); lower --length-scale"
+        )  # fmt: skip
+    name = lengths.preset if lengths.scale == 1 else f"{lengths.preset}x{lengths.scale:g}"
+    return ClientWorkload(prompts, max(outputs), warmup_s, measure_s, output_lengths=outputs, name=name)

@@ -58,11 +58,11 @@ def test_disabled_or_without_kv_accounting_it_never_holds():
     assert not plain.holds(4)
 
 
-def test_kv_admission_is_on_by_default_and_can_be_turned_off():
+def test_kv_admission_is_off_by_default_and_can_be_turned_on():
     from trserve.config import ServerConfig
 
-    assert ServerConfig().kv_admission
-    assert not ServerConfig.model_validate({"kv_admission": False}).kv_admission
+    assert not ServerConfig().kv_admission
+    assert ServerConfig.model_validate({"kv_admission": True}).kv_admission
     with pytest.raises(ValueError, match="kv_admission"):
         ServerConfig.model_validate({"kv_admission": "sometimes"})
 
@@ -101,7 +101,7 @@ def test_a_full_front_end_queue_refuses_while_the_gate_holds(tmp_path):
         procs.submit("r0")
         fe.handle(StepReport(0, 1, 1, 0.01, 1, 1, 0, 0.5, memory=memory(1)))
         procs.submit("r1")  # held
-        with pytest.raises(Overloaded, match="already waiting"):  # the HTTP layer answers 503, Retry-After
+        with pytest.raises(Overloaded, match="already waiting"):  # the HTTP layer answers 429, Retry-After
             procs.submit("r2")
         await procs.close()
 
