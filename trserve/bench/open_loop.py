@@ -5,7 +5,9 @@ one when every connection is busy).
 Latencies are measured from the arrival time, not from when the request went out, so a load generator that falls
 behind shows as latency instead of hiding it (the dispatch lag is reported beside). Throughput is the server's
 committed-token counter over the window, as in the closed loop (:mod:`trserve.bench.client`); requests still in
-flight at the window's end are cancelled (the server aborts them).
+flight at the window's end are cancelled (the server aborts them). With ``Workload.lengths`` arrival ``i`` sends
+the closed loop's request ``i`` of client 0 (:func:`trserve.bench.requests.request_body`: its drawn lengths and, with
+``Workload.routing``, its own schedule); without, the fixed prompts with ``Workload.max_tokens``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import httpx
 from trserve.bench.arrivals import Arrivals
 from trserve.bench.client import PROMPTS, LoadResult, RequestRecord, Workload, _body, _metrics, committed_tokens
 from trserve.bench.client import summarize as summarize_closed
+from trserve.bench.requests import request_body
 from trserve.bench.stream import Connection, StreamError
 
 Send = Callable[[int, float], Coroutine[Any, Any, None]]
@@ -75,6 +78,7 @@ def summarize(records: Sequence[OpenRecord], arrivals: Arrivals, start: float, w
     """Latencies of the requests that finished inside the window (from their arrival), the offered rate, the
     backlog at the window's end and the dispatch lag (throughput is filled in by the caller)."""
     closed = summarize_closed([r for r in records if r.error is None], 0, win_start, win_end)
+    answered = [r for r in records if r.error is None and r.done is not None]
     lags = [r.dispatched - r.sent for r in records if r.dispatched is not None]
     backlog = [r for r in records if r.sent <= win_end and (r.done is None or r.done > win_end)]
     return OpenLoadResult(
@@ -83,6 +87,8 @@ def summarize(records: Sequence[OpenRecord], arrivals: Arrivals, start: float, w
         offered_rps=arrivals.rate_rps(win_start - start, win_end - start), num_sent=len(records),
         num_errors=sum(r.error is not None for r in records), num_in_flight_at_end=len(backlog),
         dispatch_lag_mean_s=sum(lags) / len(lags) if lags else 0.0, dispatch_lag_max_s=max(lags, default=0.0),
+        num_answered=len(answered), answered_tokens=sum(r.num_tokens for r in answered),
+        asked_tokens=sum(r.asked_tokens for r in answered),
     )  # fmt: skip
 
 
@@ -107,13 +113,23 @@ class _Pool:
             conn.close()
 
 
+def request_for(work: Workload, i: int) -> dict[str, Any]:
+    """Arrival ``i``'s request body: with ``work.lengths`` the closed loop's request ``i`` of client 0 (with
+    ``work.routing`` its schedule too), else fixed prompt ``i`` (cycling) asking ``work.max_tokens``."""
+    if work.lengths is not None:
+        return request_body(work.lengths, 0, i, work.routing)
+    return _body(PROMPTS[i % len(PROMPTS)], work)
+
+
 async def _send(pool: _Pool, work: Workload, i: int, at: float, out: list[OpenRecord]) -> None:
     """One request, due at ``at``: recorded in ``out`` at once so a cut request counts in the backlog."""
-    rec = OpenRecord(sent=at, index=i, dispatched=time.perf_counter())
+    body = request_for(work, i)
+    rec = OpenRecord(sent=at, index=i, dispatched=time.perf_counter(), key=f"0.{i}",
+                     asked_tokens=int(body["max_tokens"]))  # fmt: skip
     out.append(rec)
     conn = pool.acquire()
     try:
-        await conn.stream(conn.request("/v1/completions", _body(PROMPTS[i % len(PROMPTS)], work)), rec)
+        await conn.stream(conn.request("/v1/completions", body), rec)
     except StreamError as exc:
         rec.error = str(exc)
     except asyncio.CancelledError:
