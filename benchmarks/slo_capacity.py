@@ -147,8 +147,9 @@ def run_stack(args: argparse.Namespace, lengths: Lengths, targets: Targets, gues
             found = bisect_rate(measure_stack(process.url, args, lengths, targets, rows), guess, args.steps)
         finally:
             process.stop()
-    search = {k: v for k, v in found.to_dict().items() if k != "probes"}
-    return {"serve_config": config, "kv_tokens": roomy, "guess_rps": guess, **search, "probes": rows}
+    return {"serve_config": config, "kv_tokens": roomy, "guess_rps": guess, "max_rate_rps": found.max_rate_rps,
+            "rate_bracket_rps": list(found.bracket_rps), "upper_failed": found.upper_failed,
+            "probes": rows}  # fmt: skip
 
 
 def predictions(cfg: PlanConfig, args: argparse.Namespace, rates: list[float], guess: float) -> dict[str, Any]:
