@@ -124,7 +124,7 @@ def measure_stack(url: str, args: argparse.Namespace, lengths: Lengths, targets:
                         targets)  # fmt: skip
         rows.append({**verdict.to_dict(), "offered_rps": load.offered_rps, "num_sent": load.num_sent,
                      "throughput_tok_s": load.throughput_tok_s, "dispatch_lag_max_s": load.dispatch_lag_max_s,
-                     "load_1min": os.getloadavg()[0]})  # fmt: skip
+                     "failures": load.failures, "load_1min": os.getloadavg()[0]})  # fmt: skip
         print(json.dumps({k: rows[-1][k] for k in ("rate_rps", "meets", "tpot_p99_ms", "ttft_p99_ms", "backlog",
                                                     "num_finished", "throughput_tok_s")}), flush=True)  # fmt: skip
         return verdict

@@ -88,28 +88,39 @@ def summarize(records: Sequence[OpenRecord], arrivals: Arrivals, start: float, w
         num_errors=sum(r.error is not None for r in records), num_in_flight_at_end=len(backlog),
         dispatch_lag_mean_s=sum(lags) / len(lags) if lags else 0.0, dispatch_lag_max_s=max(lags, default=0.0),
         num_answered=len(answered), answered_tokens=sum(r.num_tokens for r in answered),
-        asked_tokens=sum(r.asked_tokens for r in answered),
+        asked_tokens=sum(r.asked_tokens for r in answered), num_failed=sum(r.error is not None for r in records),
+        failures=[r.error for r in records if r.error is not None][:5],
     )  # fmt: skip
 
 
-class _Pool:
-    """Idle keep-alive connections; a busy pool opens another."""
+#: A connection idle this long is closed rather than reused: the server (uvicorn's default keep-alive timeout,
+#: 5 s) closes it first, and a request sent on it would fail. Low rates leave connections idle that long.
+IDLE_LIMIT_S = 4.0
 
-    def __init__(self, url: str) -> None:
-        self.url, self.opened = url, 0
-        self.idle: list[Connection] = []
+
+class _Pool:
+    """Idle keep-alive connections, the most recently used first; a busy pool opens another, and a connection
+    idle for :data:`IDLE_LIMIT_S` or more is closed instead of reused."""
+
+    def __init__(self, url: str, clock: Clock = time.monotonic) -> None:
+        self.url, self.opened, self.clock = url, 0, clock
+        self.idle: list[tuple[Connection, float]] = []
 
     def acquire(self) -> Connection:
-        if self.idle:
-            return self.idle.pop()
+        now = self.clock()
+        while self.idle:
+            conn, since = self.idle.pop()
+            if now - since < IDLE_LIMIT_S:
+                return conn
+            conn.close()
         self.opened += 1
         return Connection(self.url)
 
     def release(self, conn: Connection) -> None:
-        self.idle.append(conn)
+        self.idle.append((conn, self.clock()))
 
     def close(self) -> None:
-        for conn in self.idle:
+        for conn, _ in self.idle:
             conn.close()
 
 

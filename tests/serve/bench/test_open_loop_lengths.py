@@ -1,6 +1,7 @@
 """Open-loop load with length presets (trserve/bench/open_loop.py): arrival ``i`` sends exactly the closed loop's
-request ``i`` of client 0 (lengths, and with a routing its schedule), the fixed prompts without a preset, and one
-run against a server on emulated engines routed by each request's schedule (counts only, no timing assertions)."""
+request ``i`` of client 0 (lengths, and with a routing its schedule), the fixed prompts without a preset, the pool
+drops connections the server would have closed (a scripted clock), and one run against a server on emulated
+engines routed by each request's schedule (counts only, no timing assertions)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from tests.serve.emulated_fixtures import emulated_config, emulated_url
 from trserve import eventloop
 from trserve.bench.arrivals import poisson
 from trserve.bench.client import PROMPTS, Workload
-from trserve.bench.open_loop import OpenRecord, _Pool, _send, request_for, run_open_load
+from trserve.bench.open_loop import IDLE_LIMIT_S, OpenRecord, _Pool, _send, request_for, run_open_load
 from trserve.bench.requests import Lengths, request_body
 
 LENGTHS = Lengths("short-reasoning", 0.0625, seed=5)
@@ -71,6 +72,29 @@ def test_without_lengths_the_fixed_prompts_cycle_with_max_tokens():
     assert [b["prompt"] for b in bodies] == [*PROMPTS, PROMPTS[0]]
     assert {b["max_tokens"] for b in bodies} == {7} and {r.asked_tokens for r in records} == {7}
     assert request_for(Workload(max_tokens=7), 2) == bodies[2]
+
+
+class Closable:
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_pool_reuses_a_fresh_connection_and_closes_a_stale_one():
+    now = [0.0]
+    pool = _Pool("http://127.0.0.1:1", clock=lambda: now[0])
+    first = pool.acquire()
+    pool.release(first)
+    now[0] = IDLE_LIMIT_S - 0.1
+    assert pool.acquire() is first and pool.opened == 1
+    stale, fresh = Closable(), Closable()
+    pool.idle = [(stale, 0.0), (fresh, now[0])]  # type: ignore[list-item]
+    assert pool.acquire() is fresh and not fresh.closed  # the most recently released first
+    now[0] += IDLE_LIMIT_S
+    newer = pool.acquire()
+    assert stale.closed and newer is not stale and pool.opened == 2 and pool.idle == []
 
 
 @pytest.fixture(scope="module")
