@@ -36,12 +36,13 @@ ASSUMPTIONS = (
     "closed loop: endless requests holding context_tokens of context each; the chain up to chain_max_n requests "
     "per pipeline, the simulator beyond; thresholds above 1 only when they gain more than min_gain",
     "open loop: the preset's lengths, thresholds of 1 (no delayed batching); a pipeline batches at most the "
-    "requests that fit resident on every model they visit (KV capacity / (mean prompt + mean output / 2), "
-    "at most 256; the rest wait); each rate runs open_run_s simulated seconds from empty; only the "
+    "requests that fit resident on every model they visit (the memory bound below, at most 256; the rest "
+    "wait); each rate runs open_run_s simulated seconds from empty; only the "
     "open_loop_top most promising pipelines are bisected",
     "memory: a request holds KV on every model it visits; closed-loop points whose endless requests of "
-    "context_tokens do not fit are skipped; memory_bound is the most requests of the preset's mean lengths that "
-    "fit (mean footprint prompt + output / 2), with the throughput there at thresholds of 1",
+    "context_tokens do not fit are skipped; memory_bound is the most requests of the preset's lengths that fit "
+    "(mean resident footprint prompt + E[L^2] / (2 E[L]), with a margin of 1.645 standard deviations of the "
+    "residents' summed KV), with the throughput there at thresholds of 1",
 )
 
 
@@ -113,8 +114,7 @@ def closed_loop(cfg: PlanConfig, placement: Placement) -> dict[str, Any]:
                 tok_s, how = _pipeline_throughput(cfg, models, n, b)
                 points.append({"concurrency": total, "thresholds": list(b), "evaluator": how,
                                "throughput_tok_s": tok_s * placement.replicas})  # fmt: skip
-    lengths = mean_lengths(_workload(cfg), cfg.seed)
-    bound = memory_bound(cfg, placement.replicas, models, caps, lengths, _pipeline_throughput)
+    bound = memory_bound(cfg, placement.replicas, models, caps, _workload(cfg), _pipeline_throughput)
     return {"placement": placement, "kv_capacity_tokens": capacity, "memory_bound": bound, "points": points}
 
 
@@ -163,7 +163,7 @@ def max_rate(cfg: PlanConfig, placement: Placement, guess_rps: float) -> dict[st
 
 def _batch_caps(cfg: PlanConfig, placement: Placement, models: list[RooflineModel]) -> tuple[int, ...]:
     """Requests a pipeline can hold at once: as many as fit resident on every model they visit, at most 256."""
-    cap = batch_cap(cfg, kv_capacities(placement, models), mean_lengths(_workload(cfg), cfg.seed))
+    cap = batch_cap(cfg, kv_capacities(placement, models), _workload(cfg))
     return (cap,) * len(models)
 
 

@@ -1,18 +1,22 @@
 """Where KV memory, not compute, bounds a placement (``tokenrouter plan``; docs/planning.md).
 
-Every request stays resident on every model it visits, so a pipeline holds at most ``capacity / footprint``
-requests, the footprint being a request's mean KV over its life: prompt + output / 2 of the workload's lengths
-(``trcore.throughput.memory``). The planner skips closed-loop concurrencies beyond that bound, caps the open
-loop's batches at it, and reports the bound itself: the concurrency, the model that sets it, the throughput there
-(the planner's own evaluator, endless requests holding the footprint) and, for the top placements, the
-simulator's throughput at that concurrency with the workload's lengths and exactly that KV pool.
+Every request stays resident on every model it visits, so a pipeline holds at most about ``capacity / footprint``
+requests, the footprint being the mean KV of a request resident at an instant: prompt + E[L^2] / (2 E[L]) of the
+workload's lengths (long requests stay longer, so they are over-represented among the residents), with a margin of
+:data:`OVERFLOW_Z` standard deviations of the residents' summed KV (``trcore.throughput.memory``). The planner
+skips closed-loop concurrencies beyond that bound, caps the open loop's batches at it, and reports the bound
+itself: the concurrency, the model that sets it, the throughput there (the planner's own evaluator, endless
+requests holding the footprint) and, for the top placements, the simulator's throughput at that concurrency with
+the workload's lengths and exactly that KV pool.
 """
 
 from __future__ import annotations
 
+import math
 import random
+import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from trcore import KVBudget
@@ -33,19 +37,53 @@ CONFIRM_POLICIES = ("cost", "admission-limit")
 Evaluator = Callable[[PlanConfig, list[RooflineModel], int, tuple[int, ...]], tuple[float, str]]
 
 
+#: The memory bound's margin (standard deviations): N residents' KV stays within the cache 95% of the time.
+OVERFLOW_Z = 1.645
+
+
+@dataclass(frozen=True)
+class LengthMoments:
+    """A workload's mean prompt and output, E[L^2] / E[L]^2 of its outputs, and the standard deviation of one
+    resident request's KV (its position uniform over its output, requests weighted by their output length)."""
+
+    mean_prompt: float
+    mean_output: float
+    output_spread: float
+    footprint_std: float
+
+
+def length_moments(workload: WorkloadConfig, seed: int = 0, num: int = 20000) -> LengthMoments:
+    """:class:`LengthMoments` of ``workload`` from ``num`` sampled requests (a fixed seed)."""
+    rng = random.Random(seed)
+    pairs = [(float(workload.prompt_tokens.sample(rng)), float(workload.output_tokens.sample(rng))) for _ in range(num)]
+    mean_p, mean_l = sum(p for p, _ in pairs) / num, sum(o for _, o in pairs) / num
+    mean_l2 = sum(o * o for _, o in pairs) / num
+    if mean_l <= 0:
+        return LengthMoments(mean_p, 0.0, 1.0, statistics.pstdev(p for p, _ in pairs))
+    first = sum(p * o + o * o / 2 for p, o in pairs) / num / mean_l  # E[X] over residents, X = p + u L
+    second = sum(p * p * o + p * o * o + o**3 / 3 for p, o in pairs) / num / mean_l  # E[X^2] over residents
+    return LengthMoments(mean_p, mean_l, mean_l2 / mean_l**2, math.sqrt(max(0.0, second - first * first)))
+
+
+def resident_demand(caps: Sequence[int], workload: WorkloadConfig, seed: int = 0) -> KVDemand:
+    """The KV the workload's resident requests need, for the memory bound (length-biased, with the margin)."""
+    mo = length_moments(workload, seed)
+    return KVDemand(tuple(caps), mo.mean_prompt, mo.mean_output, mo.output_spread, mo.footprint_std, OVERFLOW_Z)
+
+
 def fits_closed_loop(cfg: PlanConfig, caps: Sequence[int], n: int) -> bool:
     """Whether ``n`` endless requests of ``context_tokens`` each fit resident on every model they visit."""
     return memory_check(cfg.P, KVDemand(tuple(caps), cfg.context_tokens), n).is_feasible
 
 
-def workload_verdict(cfg: PlanConfig, caps: Sequence[int], lengths: tuple[float, float]) -> MemoryVerdict:
-    """What one request of the workload's mean lengths needs, and how many fit."""
-    return memory_check(cfg.P, KVDemand(tuple(caps), *lengths), 1)
+def workload_verdict(cfg: PlanConfig, caps: Sequence[int], workload: WorkloadConfig) -> MemoryVerdict:
+    """What one resident request of the workload needs, and how many fit (:func:`resident_demand`)."""
+    return memory_check(cfg.P, resident_demand(caps, workload, cfg.seed), 1)
 
 
-def batch_cap(cfg: PlanConfig, caps: Sequence[int], lengths: tuple[float, float]) -> int:
-    """Requests an open-loop pipeline holds at once: the memory bound at the workload's lengths (1..256)."""
-    most = workload_verdict(cfg, caps, lengths).max_concurrency
+def batch_cap(cfg: PlanConfig, caps: Sequence[int], workload: WorkloadConfig) -> int:
+    """Requests an open-loop pipeline holds at once: the memory bound of the workload (1..256)."""
+    most = workload_verdict(cfg, caps, workload).max_concurrency
     return max(min(most if most is not None else MAX_BATCH, MAX_BATCH), 1)
 
 
@@ -54,12 +92,13 @@ def memory_bound(
     replicas: int,
     models: list[RooflineModel],
     caps: Sequence[int],
-    lengths: tuple[float, float],
+    workload: WorkloadConfig,
     evaluate: Evaluator,
 ) -> dict[str, Any] | None:
     """The most requests the whole system holds (``replicas`` pipelines), the model that bounds them, and the
-    throughput there with thresholds of 1; ``binds``: a searched concurrency lies beyond it. None: nothing fits."""
-    verdict = workload_verdict(cfg, caps, lengths)
+    throughput there with thresholds of 1 (endless requests holding the mean resident footprint); ``binds``: a
+    searched concurrency lies beyond it. None: nothing fits."""
+    verdict = workload_verdict(cfg, caps, workload)
     n = verdict.max_concurrency
     if not n or verdict.bound_model is None:
         return None

@@ -24,7 +24,7 @@ def test_the_smaller_cache_of_the_visited_models_bounds_concurrency():
     at_11 = memory_check(P, demand, 11)
     assert not at_11.is_feasible
     assert at_11.describe(["slm", "llm"]) == (
-        "11 requests of 400 KV tokens each (prompt + output / 2) need 4400 tokens on llm, which holds 4000: "
+        "11 requests of 400 KV tokens each (mean resident footprint) need 4400 tokens on llm, which holds 4000: "
         "at most 10 fit"
     )
 
@@ -49,3 +49,17 @@ def test_solve_and_optimize_refuse_a_concurrency_that_does_not_fit():
         model.optimize(12)
     with pytest.raises(ConfigError, match="one per model"):
         ThroughputModel(P, C, [0.006, 0.0279], kv=KVDemand((1,), 10))
+
+
+def test_with_a_margin_n_fit_while_n_footprints_plus_z_sqrt_n_deviations_fit():
+    # 400 tokens a request, std 100, z = 2: N = 9 needs 3,600 + 2 x 3 x 100 = 4,200; N = 10: 4,000 + 632 = 4,632.
+    demand = KVDemand((4_200,), 100, 600, footprint_std_tokens=100, overflow_z=2.0)
+    assert demand.max_fitting(4_200) == 9 and demand.max_fitting(4_199) == 8
+    assert KVDemand((4_000,), 100, 600).max_fitting(4_000) == 10  # no margin: capacity / footprint
+
+
+def test_length_spread_raises_the_resident_footprint():
+    # Outputs with E[L^2] / E[L]^2 = 1.5: a resident holds 100 + 1.5 x 600 / 2 = 550 tokens on average.
+    assert KVDemand((None,), 100, 600, output_spread=1.5).footprint_tokens == 550
+    with pytest.raises(ConfigError, match="output_spread"):
+        KVDemand((None,), 100, 600, output_spread=0.5)

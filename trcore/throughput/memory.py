@@ -4,6 +4,13 @@
 A request's footprint over its life is its prompt plus half its output on average (its context grows from the
 prompt to prompt + output), so N requests need ``N x (prompt + output / 2)`` tokens of KV on each model they
 visit. The thresholds do not change it: every active request is resident somewhere whether it waits or runs.
+
+With lengths that vary, the requests resident at an instant are not a fair sample: a request stays in proportion
+to its output, so long ones are over-represented and the mean resident footprint is prompt + E[L^2] / (2 E[L])
+(``output_spread`` = E[L^2] / E[L]^2, 1 when every output is equally long). And N requests' KV fluctuates around
+N times that mean: with the footprint's standard deviation and ``overflow_z`` standard deviations of margin, N fit
+when ``N m + z sqrt(N) s <= capacity`` (z = 1.645: the sum stays within the cache 95% of the time, for
+independent requests).
 """
 
 from __future__ import annotations
@@ -22,17 +29,34 @@ class KVDemand:
     capacity_tokens: tuple[int | None, ...]
     mean_prompt_tokens: float
     mean_output_tokens: float = 0.0
+    #: E[L^2] / E[L]^2 of the output lengths L (1: equal lengths); resident requests are length-biased.
+    output_spread: float = 1.0
+    #: Standard deviation of one resident request's KV (tokens) and the margin in units of it (0: none).
+    footprint_std_tokens: float = 0.0
+    overflow_z: float = 0.0
 
     def __post_init__(self) -> None:
         if any(c is not None and c < 0 for c in self.capacity_tokens):
             raise ConfigError("kv.capacity_tokens", f"must be >= 0, got {list(self.capacity_tokens)}")
         if self.mean_prompt_tokens < 0 or self.mean_output_tokens < 0 or self.footprint_tokens <= 0:
             raise ConfigError("kv.mean_lengths", "prompt and output lengths must be >= 0 and not both 0")
+        if self.output_spread < 1 or self.footprint_std_tokens < 0 or self.overflow_z < 0:
+            raise ConfigError("kv.spread", "output_spread must be >= 1, footprint_std_tokens and overflow_z >= 0")
 
     @property
     def footprint_tokens(self) -> float:
-        """Mean KV one request holds on a model it visits: prompt + output / 2."""
-        return self.mean_prompt_tokens + self.mean_output_tokens / 2
+        """Mean KV one resident request holds on a model it visits: prompt + spread x output / 2."""
+        return self.mean_prompt_tokens + self.output_spread * self.mean_output_tokens / 2
+
+    def max_fitting(self, capacity_tokens: int) -> int:
+        """The most requests whose KV, with the margin, fits ``capacity_tokens``: the largest N with
+        ``N m + z sqrt(N) s <= capacity``."""
+        m, margin = self.footprint_tokens, self.overflow_z * self.footprint_std_tokens
+        root = (-margin + math.sqrt(margin * margin + 4 * m * capacity_tokens)) / (2 * m)  # sqrt(N) at equality
+        n = math.floor(root * root)
+        while n > 0 and n * m + margin * math.sqrt(n) > capacity_tokens * (1 + 1e-12):  # rounding of the root
+            n -= 1
+        return n
 
 
 @dataclass(frozen=True)
@@ -58,7 +82,7 @@ class MemoryVerdict:
             return f"{self.num_requests} requests fit (no model has a KV limit)"
         name = names[m] if names else f"model {m}"
         return (
-            f"{self.num_requests} requests of {self.footprint_tokens:.0f} KV tokens each (prompt + output / 2) "
+            f"{self.num_requests} requests of {self.footprint_tokens:.0f} KV tokens each (mean resident footprint) "
             f"need {self.need_tokens[m]:.0f} tokens on {name}, which holds {self.capacity_tokens[m]}: "
             f"at most {self.max_concurrency} fit"
         )
@@ -83,7 +107,7 @@ def memory_check(P: Sequence[Sequence[float]], demand: KVDemand, num_requests: i
     visited = visited_models(P, entry)
     foot = demand.footprint_tokens
     need = tuple(num_requests * foot if m in visited else 0.0 for m in range(len(P)))
-    limits = {m: math.floor(c / foot) for m in visited if (c := demand.capacity_tokens[m]) is not None}
+    limits = {m: demand.max_fitting(c) for m in visited if (c := demand.capacity_tokens[m]) is not None}
     bound = min(limits, key=lambda m: (limits[m], m)) if limits else None
     return MemoryVerdict(
         num_requests, foot, need, demand.capacity_tokens, limits[bound] if bound is not None else None, bound
