@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from trcore import BatchingPolicy, ConfigError
 from trsim.baselines import apply_baseline
@@ -34,6 +34,7 @@ from trsim.latency import LatencyModel, make_latency_model
 from trsim.lengths import read_length_pairs
 from trsim.profile import latency_from_profile, load_profile
 from trsim.routing import RouterConfig
+from trsim.scenario_diurnal import DiurnalSpec, diurnal_phases
 from trsim.scenario_phases import AdaptiveSpec, PhaseSpec, adaptive_config, phases_from_specs
 from trsim.scenario_types import KVSpec, Length, Positive
 from trsim.scenario_types import Strict as _Strict
@@ -131,6 +132,19 @@ class Scenario(_Strict):
     phases: list[PhaseSpec] = Field(default_factory=list)
     #: The adaptive controller's knobs (used with ``--thresholds adaptive``).
     adaptive: AdaptiveSpec = Field(default_factory=AdaptiveSpec)
+    #: A smooth day instead of ``phases`` (``trsim.scenario_diurnal``): cosine concurrency and routing, in phases.
+    diurnal: DiurnalSpec | None = None
+
+    @model_validator(mode="after")
+    def _phases_or_diurnal(self) -> Scenario:
+        if self.phases and self.diurnal is not None:
+            raise ValueError("give phases or diurnal, not both")
+        return self
+
+
+def scenario_phases(scenario: Scenario) -> list[PhaseSpec]:
+    """The scenario's phases: its ``phases``, or those its ``diurnal`` section expands to."""
+    return diurnal_phases(scenario.diurnal) if scenario.diurnal is not None else scenario.phases
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -165,7 +179,7 @@ def scenario_config(scenario: Scenario, base_dir: str | Path = ".", *, adaptive:
         per_token_costs=_per_token(scenario.per_token),
         model_names=tuple(m.name or f"model{i}" for i, m in enumerate(scenario.models)),
         kv=_kv(scenario, latency, base),
-        phases=phases_from_specs(scenario.phases, scenario.router.program),
+        phases=phases_from_specs(scenario_phases(scenario), scenario.router.program),
         adaptive=adaptive_config(scenario.adaptive) if adaptive else None,
     )
     if scenario.router.program == "trace":
