@@ -145,28 +145,8 @@ def targets(rows: dict[str, list[float]], collapse_phase: int | None) -> dict[st
     return out
 
 
-def phase_bstar(config: Any, phases: Sequence[Any], knobs: Any) -> list[tuple[int, ...]]:
-    """Per phase, the vector ``optimize`` picks for its P, C and concurrency on the scenario's latencies."""
-    from trcore.throughput import SamplingConfig, ThroughputModel
-
-    P, C, n = config.router.params["P"], config.router.params["C"], config.workload.concurrency
-    caps = [p.max_batch for p in config.policies]
-    out = []
-    for phase in phases:
-        P, C, n = phase.P or P, phase.C or C, phase.concurrency or n
-        tables = [
-            [lat.predict(b, b * 256, 0) for b in range(1, min(cap, n) + 1)]
-            for lat, cap in zip(config.latency, caps, strict=True)
-        ]
-        quantum = min(min(t) for t in tables) * knobs.quantum_fraction
-        model = ThroughputModel(
-            P, C, tables, quantum_s=quantum, max_batch=caps, sampling=SamplingConfig(seed=knobs.seed)
-        )
-        out.append(tuple(model.optimize(n, min_gain=knobs.min_gain, method=knobs.method).thresholds))
-    return out
-
-
 def run_scenario(path: Path, bin_s: float) -> dict[str, Any]:
+    from trsim.adaptive import oracle_thresholds
     from trsim.driver import simulate
     from trsim.scenario import load_scenario, scenario_config
 
@@ -177,7 +157,7 @@ def run_scenario(path: Path, bin_s: float) -> dict[str, Any]:
     knobs = adaptive.adaptive.controller
     phases = list(plain.phases)
     started = time.perf_counter()
-    bstar = phase_bstar(plain, phases, knobs)
+    bstar = oracle_thresholds(plain, phases, knobs)
     print(f"{path.name}: B* per phase {bstar} ({time.perf_counter() - started:.1f} s)", flush=True)
     ones = (1,) * plain.num_models
     strategies: dict[str, tuple[Any, list[Any]]] = {"adaptive": (adaptive, phases)}

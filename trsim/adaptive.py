@@ -98,3 +98,27 @@ class AdaptiveDriving:
     def switch_records(self) -> list[dict[str, Any]]:
         """Every switch: time, old and new vector, predicted gain (and the inputs it was solved on)."""
         return [s.to_dict() for s in self.controller.switches]
+
+
+def oracle_thresholds(config: Any, phases: Sequence[Any], knobs: AdaptiveConfig) -> list[tuple[int, ...]]:
+    """Per phase of ``config`` (a ``SimConfig`` with a ``markov``-like router), the vector the throughput model's
+    ``optimize`` picks for the phase's P, C and concurrency on the config's latencies (at 256 context tokens a
+    request), with the controller's method, seed and ``min_gain``: what an oracle that knows each phase would apply
+    at its start."""
+    from trcore.throughput import SamplingConfig, ThroughputModel
+
+    P, C, n = config.router.params["P"], config.router.params["C"], config.workload.concurrency
+    caps = [p.max_batch for p in config.policies]
+    out = []
+    for phase in phases:
+        P, C, n = phase.P or P, phase.C or C, phase.concurrency or n
+        tables = [
+            [lat.predict(b, b * 256, 0) for b in range(1, min(cap, n) + 1)]
+            for lat, cap in zip(config.latency, caps, strict=True)
+        ]
+        quantum = min(min(t) for t in tables) * knobs.quantum_fraction
+        model = ThroughputModel(
+            P, C, tables, quantum_s=quantum, max_batch=caps, sampling=SamplingConfig(seed=knobs.seed)
+        )
+        out.append(tuple(model.optimize(n, min_gain=knobs.min_gain, method=knobs.method).thresholds))
+    return out

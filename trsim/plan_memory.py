@@ -124,9 +124,8 @@ def confirm_memory_bound(cfg: PlanConfig, row: dict[str, Any]) -> dict[str, floa
     base = preset(cfg.workload) if isinstance(cfg.workload, str) else cfg.workload
     n, output = row["memory_bound"]["concurrency"] // p.replicas, mean_lengths(base, cfg.seed)[1]
     lifetime = max(int(n * output), cfg.sim_tokens)
-    config = markov_config(
-        cfg.P, cfg.C, models, [1] * len(models), n, replace(base, num_sessions=None), seed=cfg.seed + 1
-    )
+    workload = replace(base, num_sessions=None, staggered_start=True)  # a steady mix, not one synchronized wave
+    config = markov_config(cfg.P, cfg.C, models, [1] * len(models), n, workload, seed=cfg.seed + 1)
     budgets = tuple(KVBudget.from_tokens(c, DEFAULT_BLOCK_SIZE) for c in kv_capacities(p, models))
     out = {}
     for spill in CONFIRM_POLICIES:

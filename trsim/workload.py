@@ -3,6 +3,7 @@ presets named after the paper's workloads."""
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, replace
@@ -36,7 +37,11 @@ class WorkloadConfig:
       ``turn_prompt_tokens`` new tokens and starts ``think_time_s`` after the previous turn ends; with
       ``prefix_cache`` each model's prefix cache still holds what it had consumed of the previous turns, so
       that part is not prefilled again (see ``trsim.latency.PrefixCachedModel``);
-    * ``tag_traces``: session k replays trace ``k mod len(pairs)`` (trace-replay routing).
+    * ``tag_traces``: session k replays trace ``k mod len(pairs)`` (trace-replay routing);
+    * ``staggered_start`` (closed loop): session i of the first ``concurrency`` writes (i + 1) / concurrency of its
+      first request's drawn output, so requests end, and their successors start, spread over a lifetime: the
+      steady state's mix of young and old requests instead of a synchronized wave (crossval's real client does
+      the same).
     """
 
     arrival: Literal["closed", "poisson"] = "closed"
@@ -51,6 +56,7 @@ class WorkloadConfig:
     think_time_s: float = 0.0
     prefix_cache: bool = True
     tag_traces: bool = False
+    staggered_start: bool = False
 
     def __post_init__(self) -> None:
         positive = {"concurrency": self.concurrency, "rate_per_s": self.rate_per_s, "turns": self.turns}
@@ -173,6 +179,8 @@ class WorkloadRunner:
             num_prompt, num_output = cfg.prompt_tokens.sample(self.rng), cfg.output_tokens.sample(self.rng)
         if session.turn > 0:
             num_prompt = session.context_tokens + cfg.turn_prompt_tokens.sample(self.rng)
+        elif cfg.staggered_start and cfg.arrival == "closed" and session.index < cfg.concurrency:
+            num_output = max(1, math.ceil(num_output * (session.index + 1) / cfg.concurrency))
         rid = f"s{session.index}" if cfg.turns == 1 else f"s{session.index}.t{session.turn}"
         spec = RequestSpec(rid, num_prompt, num_output, arrival_time=self.driver.now_s())
         message = new_request_message(spec, [1] * num_prompt, self.num_models)

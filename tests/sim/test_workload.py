@@ -84,3 +84,12 @@ def test_bad_lengths_file_names_the_row(tmp_path):
     path.write_text('{"num_prompt_tokens": 3, "num_output_tokens": 4}\n{"num_prompt_tokens": 3}\n')
     with pytest.raises(ConfigError, match=r"lengths_file\[1\]"):
         read_length_pairs(path)
+
+
+def test_a_staggered_closed_loop_shortens_only_the_first_requests():
+    # Four sessions, 100-token outputs: the first requests write 25, 50, 75, 100 tokens; their successors 100.
+    # Six sessions in all (num_sessions): 25 + 50 + 75 + 100 + 100 + 100 = 450 committed tokens.
+    wl = replace(preset("endless"), output_tokens=LengthDist("constant", 100), concurrency=4, num_sessions=6)
+    single = markov_config([[1.0]], None, [0.01], [1], 4, replace(wl, staggered_start=True))
+    assert simulate(single).committed_tokens == 450
+    assert simulate(markov_config([[1.0]], None, [0.01], [1], 4, wl)).committed_tokens == 600  # unstaggered
