@@ -30,7 +30,7 @@ def test_notebook_is_committed_with_its_outputs_and_plots():
     assert [c.execution_count for c in code] == list(range(1, len(code) + 1))  # run top to bottom, once
     assert not any(k[:1] == ("error",) for c in code for k in output_kinds(c))
     plots = [c for c in code if any("image/png" in k for k in output_kinds(c))]
-    assert len(plots) >= 3
+    assert len(plots) >= 4  # the sweep, bursty routing, the plan, thresholds over changing traffic
     assert 'PAIR = os.environ.get("TR_NB_PAIR", "r2r-qwen-1.5b-32b")' in code[0].source  # the pair, by name
 
 
@@ -38,6 +38,7 @@ def test_reexecuting_the_notebook_yields_the_same_cells_and_output_kinds(monkeyp
     monkeypatch.setenv("TR_NB_CONCURRENCY", "4")
     monkeypatch.setenv("TR_NB_TOKENS", "5000")
     monkeypatch.setenv("TR_NB_JOBS", "1")
+    monkeypatch.setenv("TR_NB_PHASE_S", "10")
     committed = nbformat.read(NOTEBOOK, as_version=4)
     nb = nbformat.read(NOTEBOOK, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell("import sys; print(sys.executable)"))
@@ -50,3 +51,4 @@ def test_reexecuting_the_notebook_yields_the_same_cells_and_output_kinds(monkeyp
             assert output_kinds(new) == output_kinds(old), old.source[:60]
     text = "".join(o.get("text", "") for c in fresh if c.cell_type == "code" for o in c.outputs)
     assert "model B* = " in text and "simulated B* = " in text and "bursty simulation: B* = " in text
+    assert "oracle's B* per phase: " in text and "adaptive " in text and "of the oracle's: " in text
