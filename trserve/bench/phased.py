@@ -1,0 +1,139 @@
+"""A closed loop whose traffic changes in phases (issue #27): each phase sets the concurrency and, for requests
+started in it, the routing, as the simulator's ``phases:`` do.
+
+Client ``k`` sends while ``k`` is below the phase's concurrency; above it, it finishes the request it has (none is
+cut short) and waits for a phase that needs it, so the loop grows at once and shrinks as requests end. With a
+length preset every request is the bench's (:func:`trserve.bench.requests.request_body`: client ``k``'s ``i``-th
+request has the same lengths in every run); its routing is a schedule walked on the phase's (P, C) for the
+``schedule`` program, so a phase's statistics reach the server without touching its config. The server's
+committed-token counter is read at every phase boundary: each phase's throughput is its own, and the thresholds
+in force (``batching.thresholds: adaptive``) are read there too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from trcore.errors import ConfigError
+from trserve.bench.client import RequestRecord, Workload, _metrics, committed_tokens, metric_values
+from trserve.bench.requests import request_body
+from trserve.bench.stream import Connection, StreamError
+
+Matrix = list[list[float]]
+
+
+@dataclass(frozen=True)
+class LoadPhase:
+    """``duration_s`` of closed-loop traffic at ``concurrency``; ``routing`` (P, C): the requests started in it
+    are walked on that chain (None: the workload's own)."""
+
+    duration_s: float
+    concurrency: int
+    routing: tuple[Matrix, Matrix] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.duration_s > 0:
+            raise ConfigError("phases.duration_s", f"must be > 0, got {self.duration_s}")
+        if self.concurrency < 1:
+            raise ConfigError("phases.concurrency", f"must be >= 1, got {self.concurrency}")
+
+
+def phase_at(phases: Sequence[LoadPhase], elapsed_s: float) -> int:
+    """Index of the phase in force ``elapsed_s`` after the start (the last one past the end)."""
+    end = 0.0
+    for k, phase in enumerate(phases):
+        end += phase.duration_s
+        if elapsed_s < end:
+            return k
+    return len(phases) - 1
+
+
+def phase_starts(phases: Sequence[LoadPhase]) -> list[float]:
+    """Each phase's start, in seconds from the run's start, and the run's end last."""
+    out = [0.0]
+    for phase in phases:
+        out.append(out[-1] + phase.duration_s)
+    return out
+
+
+async def _client(url: str, k: int, work: Workload, phases: Sequence[LoadPhase], start: float,
+                  out: list[tuple[int, RequestRecord]]) -> None:  # fmt: skip
+    """Client ``k``: sends while the phase in force needs it, else waits for the next phase."""
+    assert work.lengths is not None
+    bounds, conn, i = phase_starts(phases), Connection(url), 0
+    try:
+        while (now := time.perf_counter() - start) < bounds[-1]:
+            p = phase_at(phases, now)
+            if k >= phases[p].concurrency:
+                await asyncio.sleep(bounds[p + 1] - now)
+                continue
+            body = request_body(work.lengths, k, i, phases[p].routing or work.routing)
+            rec = RequestRecord(sent=time.perf_counter(), key=f"{k}.{i}", asked_tokens=int(body["max_tokens"]))
+            try:
+                await conn.stream(conn.request("/v1/completions", body), rec)
+            except StreamError as exc:
+                rec.error = str(exc)
+            rec.done = time.perf_counter()
+            out.append((p, rec))
+            i += 1
+    finally:
+        conn.close()
+
+
+async def run_phased_load(url: str, phases: Sequence[LoadPhase], work: Workload) -> list[dict[str, Any]]:
+    """Run every phase once, back to back; per phase its span, concurrency, routing, committed tok/s, requests
+    finished and failed, and the adaptive thresholds in force at its end (None without them)."""
+    if work.lengths is None:
+        raise ConfigError("--lengths", "a phased load needs a length preset (each request's own lengths and routing)")
+    records: list[tuple[int, RequestRecord]] = []
+    bounds = phase_starts(phases)
+    start = time.perf_counter()
+    texts = []
+    async with httpx.AsyncClient(base_url=url, timeout=600.0) as client:
+        tasks = [asyncio.create_task(_client(url, k, work, phases, start, records))
+                 for k in range(max(p.concurrency for p in phases))]  # fmt: skip
+        texts.append(await _metrics(client))
+        for end in bounds[1:]:
+            await asyncio.sleep(max(0.0, start + end - time.perf_counter()))
+            texts.append(await _metrics(client))
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return summarize_phases(phases, bounds, texts, records)
+
+
+def summarize_phases(phases: Sequence[LoadPhase], bounds: Sequence[float], texts: Sequence[str],
+                     records: Sequence[tuple[int, RequestRecord]]) -> list[dict[str, Any]]:  # fmt: skip
+    """Per phase: committed tok/s between its two ``/metrics`` readings, the requests started in it that finished
+    or failed, and the thresholds in force at its end."""
+    out = []
+    for k, phase in enumerate(phases):
+        mine = [r for p, r in records if p == k and r.done is not None]
+        thresholds = metric_values(texts[k + 1], "tokenrouter_adaptive_thresholds")
+        out.append({
+            "index": k, "start_s": bounds[k], "end_s": bounds[k + 1], "concurrency": phase.concurrency,
+            "routing": None if phase.routing is None else {"P": phase.routing[0], "C": phase.routing[1]},
+            "throughput_tok_s": committed_tokens(texts[k + 1], texts[k]) / phase.duration_s,
+            "num_finished": sum(r.error is None for r in mine), "num_failed": sum(r.error is not None for r in mine),
+            "thresholds": [int(v) for v in thresholds.values()] or None,
+        })  # fmt: skip
+    return out
+
+
+def phases_from_scenario(scenario_phases: Sequence[Any], concurrency: int, routing: tuple[Matrix, Matrix],
+                         scale_s: float = 1.0) -> list[LoadPhase]:  # fmt: skip
+    """A simulator scenario's phases (``trsim.scenario``'s phase specs) as load phases, durations times
+    ``scale_s``; a phase without a value keeps the one in force before it."""
+    out, P, C, n = [], routing[0], routing[1], concurrency
+    for spec in scenario_phases:
+        if spec.router is not None:
+            P, C = spec.router.P or P, spec.router.C or C
+        n = spec.concurrency or n
+        out.append(LoadPhase(spec.duration_s * scale_s, n, (P, C)))
+    return out
