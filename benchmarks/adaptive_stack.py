@@ -1,0 +1,147 @@
+"""Self-tuning thresholds on the real serving stack (issue #27, deliverable 4): a phase scenario driven through
+``tokenrouter serve`` on emulated engines with the scenario's latency tables, with ``batching.thresholds:
+adaptive`` beside B = 1 and each phase's offline B* held all the time, and the simulator over the same phases.
+
+    python benchmarks/adaptive_stack.py [--scenario trsim/scenarios/adaptive-phases.yaml] [--scale-s 0.25]
+        [--out docs/bench-emulated/adaptive/adaptive-stack.json]
+
+Each strategy runs on its own server (started, driven through every phase by the phased closed loop of
+``trserve/bench/phased.py``, stopped), one after the other. Phases last the scenario's durations times
+``--scale-s``; their concurrency and routing are the scenario's (routing walked into each request's schedule);
+lengths are the bench's ``short-reasoning`` preset times ``--length-scale`` (the scenario's own lognormal has no
+bench preset), in the simulator too. The real stack has no hook to switch thresholds at a phase boundary, so the
+oracle is estimated per phase as the best static strategy measured in that phase (each phase's B* is among
+them). The simulator runs the same scaled phases and lengths: adaptive, B = 1, each B* and the oracle proper.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trserve import eventloop
+from trserve.bench.client import Workload
+from trserve.bench.phased import phases_from_scenario, run_phased_load
+from trserve.bench.requests import Lengths
+from trserve.server.process import ServerProcess
+from trsim.adaptive import oracle_thresholds
+from trsim.driver import simulate
+from trsim.scenario import load_scenario, scenario_config
+
+
+def latency_lists(config: Any, max_batch: int = 64) -> list[list[float]]:
+    """Each model's step time (ms) for batch 1..``max_batch`` from the scenario's latency models."""
+    return [[1000 * lat.predict(b, 0, 0) for b in range(1, max_batch + 1)] for lat in config.latency]
+
+
+def serve_config(latency_ms: list[list[float]], names: list[str], thresholds: Any, knobs: dict[str, Any]) -> dict:
+    """A routed server on emulated engines at ``latency_ms``, routed by each request's schedule."""
+    pairs = zip(names, latency_ms, strict=True)
+    models = [{"name": n, "max_num_seqs": 64, "emulated": {"latency_ms": ms}} for n, ms in pairs]
+    batching: dict[str, Any] = {"thresholds": thresholds, "max_wait_ms": 20.0}
+    if thresholds == "adaptive":
+        batching["adaptive"] = knobs
+    return {"mode": "routed", "backend": "emulated", "models": models, "router": {"program": "schedule",
+            "params": {}}, "batching": batching, "server": {"max_active_requests": 64}}  # fmt: skip
+
+
+def run_strategy(config: dict, phases: list, work: Workload, tmp: Path, name: str) -> list[dict[str, Any]]:
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    server = ServerProcess(path)
+    server.start(timeout_s=300)
+    try:
+        return eventloop.run(run_phased_load(server.url, phases, work))
+    finally:
+        server.stop()
+
+
+def simulate_strategies(plain: Any, adaptive: Any, phases: tuple, bstar: list) -> dict[str, list[float]]:
+    """The simulator's per-phase tok/s for every strategy over the scaled phases."""
+    runs = {"adaptive": replace(adaptive, phases=phases), "b1": plain.with_thresholds((1,) * plain.num_models)}
+    for b in dict.fromkeys(bstar):
+        runs[f"static {list(b)}"] = plain.with_thresholds(b)
+    runs["oracle"] = replace(plain, phases=tuple(replace(p, thresholds=b) for p, b in zip(phases, bstar, strict=True)))
+    out = {}
+    for name, config in runs.items():
+        config = config if name in ("adaptive", "oracle") else replace(config, phases=phases)
+        out[name] = [p["throughput_tok_s"] for p in simulate(config).extra["phases"]]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenario", default="trsim/scenarios/adaptive-phases.yaml")
+    parser.add_argument("--scale-s", type=float, default=0.25, help="phase durations times this")
+    parser.add_argument("--length-scale", type=float, default=0.2, help="short-reasoning lengths times this")
+    parser.add_argument("--out", default="docs/bench-emulated/adaptive/adaptive-stack.json")
+    args = parser.parse_args(argv)
+    if not args.scale_s > 0 or not args.length_scale > 0:
+        parser.error("--scale-s and --length-scale must be > 0")
+    spec = load_scenario(args.scenario)
+    tuned = scenario_config(spec, Path(args.scenario).parent, adaptive=True)
+    plain = replace(tuned, adaptive=None)
+    assert tuned.adaptive is not None
+    knobs = tuned.adaptive.controller
+    bstar = oracle_thresholds(plain, plain.phases, knobs)
+    lengths = Lengths("short-reasoning", args.length_scale)
+    prompt, output = lengths.dists  # the simulator gets the stack's lengths, so the two compare
+    plain = replace(plain, workload=replace(plain.workload, prompt_tokens=prompt, output_tokens=output))
+    tuned = replace(tuned, workload=plain.workload)
+    scaled = tuple(replace(p, duration_s=p.duration_s * args.scale_s) for p in plain.phases)
+    routing = (plain.router.params["P"], plain.router.params["C"])
+    phases = phases_from_scenario(spec.phases, plain.workload.concurrency, routing, args.scale_s)
+    work = Workload(lengths=lengths, routing=routing)
+    names = [m.name or f"model{i}" for i, m in enumerate(spec.models)]
+    knob_dict = spec.adaptive.model_dump(exclude={"solve_delay_s", "seed"})  # the server's knobs of the same names
+    strategies = {"adaptive": "adaptive", "b1": [1] * plain.num_models}
+    strategies |= {f"static {list(b)}": list(b) for b in dict.fromkeys(bstar) if list(b) != [1] * plain.num_models}
+    doc: dict[str, Any] = {
+        "command": " ".join(["python", "benchmarks/adaptive_stack.py", *(argv or sys.argv[1:])]),
+        "inputs": f"this run: {args.scenario} (latency tables, routing, concurrency, controller knobs), phases x "
+                  f"{args.scale_s}, bench lengths short-reasoning x {args.length_scale}; B* by the throughput model",
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load_1min_before": os.getloadavg()[0],
+        "bstar": [list(b) for b in bstar], "phases": [{"duration_s": p.duration_s, "concurrency": p.concurrency,
+                                                       "P": p.routing[0]} for p in phases], "stack": {},
+    }  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, thresholds in strategies.items():
+            config = serve_config(latency_lists(plain), names, thresholds, knob_dict)
+            doc["stack"][name] = run_strategy(config, phases, work, Path(tmp), name.replace(" ", ""))
+            print(name, [round(p["throughput_tok_s"], 1) for p in doc["stack"][name]], flush=True)
+    doc["finished"], doc["load_1min_after"] = time.strftime("%Y-%m-%dT%H:%M:%S%z"), os.getloadavg()[0]
+    doc["sim"] = simulate_strategies(plain, replace(tuned, phases=scaled), scaled, bstar)
+    doc["summary"] = summarize(doc)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+    print(json.dumps(doc["summary"], indent=1))
+    return 0
+
+
+def summarize(doc: dict[str, Any]) -> dict[str, Any]:
+    """Per phase: the adaptive run's tok/s over the best static one measured there (the oracle's estimate) and
+    over B = 1, on the stack and in the simulator (there over the oracle proper)."""
+    stack = {n: [p["throughput_tok_s"] for p in runs] for n, runs in doc["stack"].items()}
+    statics = [v for n, v in stack.items() if n != "adaptive"]
+    best = [max(col) for col in zip(*statics, strict=True)]
+    sim = doc["sim"]
+    return {
+        "stack_adaptive_over_best_static": [a / b for a, b in zip(stack["adaptive"], best, strict=True)],
+        "stack_adaptive_over_b1": [a / b for a, b in zip(stack["adaptive"], stack["b1"], strict=True)],
+        "sim_adaptive_over_oracle": [a / b for a, b in zip(sim["adaptive"], sim["oracle"], strict=True)],
+        "sim_adaptive_over_b1": [a / b for a, b in zip(sim["adaptive"], sim["b1"], strict=True)],
+        "stack_over_sim": {n: [s / m for s, m in zip(v, sim[n], strict=True)] for n, v in stack.items() if n in sim},
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())
