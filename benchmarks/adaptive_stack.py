@@ -82,7 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenario", default="trsim/scenarios/adaptive-phases.yaml")
     parser.add_argument("--scale-s", type=float, default=0.25, help="phase durations times this")
-    parser.add_argument("--length-scale", type=float, default=0.2, help="short-reasoning lengths times this")
+    parser.add_argument(
+        "--length-scale", type=float, default=0.1,
+        help="short-reasoning lengths times this (0.1: at most 205 output tokens, so a schedule walked at a 50%% "
+        "hand-off share stays within the server's 4,096-byte routing_extra)",
+    )  # fmt: skip
     parser.add_argument("--out", default="docs/bench-emulated/adaptive/adaptive-stack.json")
     args = parser.parse_args(argv)
     if not args.scale_s > 0 or not args.length_scale > 0:
@@ -140,6 +144,7 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
         "sim_adaptive_over_oracle": [a / b for a, b in zip(sim["adaptive"], sim["oracle"], strict=True)],
         "sim_adaptive_over_b1": [a / b for a, b in zip(sim["adaptive"], sim["b1"], strict=True)],
         "stack_over_sim": {n: [s / m for s, m in zip(v, sim[n], strict=True)] for n, v in stack.items() if n in sim},
+        "stack_failed": {n: sum(p["num_failed"] for p in runs) for n, runs in doc["stack"].items()},
     }
 
 

@@ -121,6 +121,7 @@ def summarize_phases(phases: Sequence[LoadPhase], bounds: Sequence[float], texts
             "routing": None if phase.routing is None else {"P": phase.routing[0], "C": phase.routing[1]},
             "throughput_tok_s": committed_tokens(texts[k + 1], texts[k]) / phase.duration_s,
             "num_finished": sum(r.error is None for r in mine), "num_failed": sum(r.error is not None for r in mine),
+            "failures": sorted({str(r.error) for r in mine if r.error is not None})[:3],
             "thresholds": [int(v) for v in thresholds.values()] or None,
         })  # fmt: skip
     return out
