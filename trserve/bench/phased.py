@@ -72,6 +72,7 @@ async def _client(url: str, k: int, work: Workload, phases: Sequence[LoadPhase],
             p = phase_at(phases, now)
             if k >= phases[p].concurrency:
                 await asyncio.sleep(bounds[p + 1] - now)
+                conn.close()  # idle past the server's keep-alive timeout (uvicorn: 5 s): reconnect when needed
                 continue
             body = request_body(work.lengths, k, i, phases[p].routing or work.routing)
             rec = RequestRecord(sent=time.perf_counter(), key=f"{k}.{i}", asked_tokens=int(body["max_tokens"]))

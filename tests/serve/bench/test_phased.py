@@ -74,9 +74,10 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.mark.serve
 def test_a_phased_run_serves_every_phase_and_fails_nothing(url: str) -> None:
     work = Workload(lengths=Lengths("short-reasoning", 0.03125, seed=2), routing=CHAT)
-    phases = [LoadPhase(1.0, 2), LoadPhase(1.0, 6, REASONING), LoadPhase(1.0, 1)]
+    # Client 1 idles through the 5.5 s phase, past uvicorn's 5 s keep-alive: it must not reuse a closed connection.
+    phases = [LoadPhase(1.0, 2), LoadPhase(1.0, 6, REASONING), LoadPhase(5.5, 1), LoadPhase(1.0, 2)]
     out = eventloop.run(run_phased_load(url, phases, work))
-    assert [p["concurrency"] for p in out] == [2, 6, 1] and all(p["throughput_tok_s"] > 0 for p in out)
+    assert [p["concurrency"] for p in out] == [2, 6, 1, 2] and all(p["throughput_tok_s"] > 0 for p in out)
     assert sum(p["num_finished"] for p in out) > 0 and all(p["num_failed"] == 0 for p in out)
     assert all(p["thresholds"] is None for p in out)  # fixed thresholds: the adaptive gauge is absent
 
