@@ -201,6 +201,9 @@ class ServeConfig(StrictSection):
         check_models(self.mode, self.backend, self.models)
         if self.cluster is not None:
             _check_cluster(self.cluster, self.mode, self.models)
+        if self.server.kv_admission and (self.mode != "routed" or self.memory.policy == "off"):
+            why = f"mode {self.mode!r}" if self.mode != "routed" else "memory.policy 'off' (no KV accounting)"
+            raise ValueError(f"server.kv_admission needs mode 'routed' with KV accounting; it does nothing with {why}")
         fewest = min(m.max_num_seqs for m in self.models)
         if self.mode != "per-token" and self.server.max_active_requests > fewest:
             raise ValueError(

@@ -106,3 +106,16 @@ def test_a_full_front_end_queue_refuses_while_the_gate_holds(tmp_path):
         await procs.close()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [({"mode": "lockstep"}, "mode 'lockstep'"), ({"memory": {"policy": "off"}}, "memory.policy 'off'")],
+)  # fmt: skip
+def test_kv_admission_where_it_would_do_nothing_is_refused_naming_why(changes, why):
+    from trserve.config import ServeConfig
+
+    models = [{"name": "small", "path": "x"}, {"name": "large", "path": "y"}]
+    with pytest.raises(ValueError, match=f"server.kv_admission needs mode 'routed'.*{why}"):
+        ServeConfig.model_validate({"models": models, "server": {"kv_admission": True}, **changes})
+    assert ServeConfig.model_validate({"models": models, **changes}).server.kv_admission is False
