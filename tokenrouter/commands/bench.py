@@ -22,13 +22,13 @@ def _ints(text: str, field: str) -> tuple[int, ...]:
     return values
 
 
-def _lengths(preset: str | None, scale: float, base: dict[str, Any]) -> Any:
+def _lengths(preset: str | None, scale: float | None, base: dict[str, Any]) -> Any:
     """The ``--lengths`` load, refused when its longest request exceeds a model's context."""
     from trserve.bench.requests import Lengths
 
     if preset is None:
         return None
-    lengths = Lengths(preset, scale)
+    lengths = Lengths(preset, 1.0 if scale is None else scale)
     limit = min(int(m.get("max_model_len", 2048)) for m in base["models"])
     if lengths.max_total_tokens > limit:
         raise ConfigError("--lengths", f"{preset} x {scale} allows {lengths.max_total_tokens} tokens per request, "
@@ -54,7 +54,7 @@ def bench(
     lengths: str | None = typer.Option(
         None, "--lengths", help="Lengths from a simulator preset: short-reasoning, long-reasoning, short-reasoning-cpu."
     ),
-    length_scale: float = typer.Option(1.0, "--length-scale", help="Every length of --lengths times this."),
+    length_scale: float | None = typer.Option(None, "--length-scale", help="Every length of --lengths times this [1]."),
     warmup_s: float = typer.Option(1.5, min=0.0, help="Warm-up before each window (s)."),
     window_s: float = typer.Option(4.0, min=0.5, help="Measurement window (s)."),
     direct: bool = typer.Option(True, help="Also drive plain vLLM directly (the overhead reference)."),
@@ -87,6 +87,8 @@ def bench(
     from trserve.crossval.stack import load_stack
     from trserve.server.drift import DRIFT_MODES
 
+    if length_scale is not None and lengths is None:  # before anything loads: it would scale nothing
+        raise ConfigError("--length-scale", "scales --lengths; give --lengths too")
     sys_names, router_names = _names(systems), _names(routers)
     check_names(sys_names, router_names)
     ns = _ints(concurrency, "concurrency")

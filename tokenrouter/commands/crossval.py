@@ -40,7 +40,7 @@ def crossval(
     lengths: str | None = typer.Option(
         None, "--lengths", help="Instead of --workload: lengths from a simulator preset, as `bench --lengths`."
     ),
-    length_scale: float = typer.Option(1.0, "--length-scale", help="Every length of --lengths times this."),
+    length_scale: float | None = typer.Option(None, "--length-scale", help="Every length of --lengths times this [1]."),
     drift: str = typer.Option("scale", "--drift", help="Drift probe: scale, stop, report or skip."),
     drift_tolerance: float = typer.Option(0.05, "--drift-tolerance", help="Relative drift beyond which stop stops."),
     sim_s: float = typer.Option(120.0, "--sim-s", help="Simulated seconds per cell."),
@@ -68,6 +68,8 @@ def crossval(
     from trserve.paths import calibration_dir
     from trserve.server.drift import DRIFT_MODES
 
+    if length_scale is not None and lengths is None:  # before anything loads: it would scale nothing
+        raise ConfigError("--length-scale", "scales --lengths; give --lengths too")
     cfg = _load(config, None, None)
     choices = [
         _router(name.strip(), opt, markov_p, markov_c, (tau, tau_back), seed)
@@ -81,7 +83,7 @@ def crossval(
         opt.check_positive(fvalue, key)
     if lengths is not None and workload is not None:
         raise ConfigError("--lengths", "give --lengths or --workload, not both")
-    preset = Lengths(lengths, length_scale) if lengths is not None else None
+    preset = Lengths(lengths, 1.0 if length_scale is None else length_scale) if lengths is not None else None
     workloads = [w.strip() for w in (workload or "fixed").split(",") if w.strip()] if preset is None else ["lengths"]
     for name in workloads if preset is None else []:
         if name not in WORKLOADS:

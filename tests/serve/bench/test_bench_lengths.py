@@ -124,3 +124,16 @@ def test_a_preset_load_writes_the_same_answers_twice_and_reports_memory(url: str
     assert len(common) >= 3 and all(first.answers[k] == second.answers[k] for k in common)
     memory = cell_memory([window_memory(first.metrics_after, first.metrics_before)])
     assert memory is not None and memory["large"]["blocks_total"] == 4096 // 32
+
+
+def test_a_length_scale_without_lengths_is_refused_one_line_exit_2() -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from tokenrouter.commands.bench import bench
+
+    app = typer.Typer()
+    app.command()(bench)
+    result = CliRunner().invoke(app, ["--length-scale", "0.5"])
+    assert result.exit_code == 2 and "--length-scale: scales --lengths; give --lengths too" in result.output
+    assert "Traceback" not in result.output

@@ -58,7 +58,8 @@ def test_a_preset_longer_than_a_models_context_is_refused_naming_the_option():
     ("args", "message"),
     [(["--lengths", "short-reasoning", "--workload", "fixed"], "--lengths: give --lengths or --workload"),
      (["--lengths", "tiny"], "--lengths: unknown preset 'tiny'"),
-     (["--lengths", "short-reasoning", "--length-scale", "0"], "--length-scale: must be > 0")],
+     (["--lengths", "short-reasoning", "--length-scale", "0"], "--length-scale: must be > 0"),
+     (["--length-scale", "0.5"], "--length-scale: scales --lengths; give --lengths too")],
 )  # fmt: skip
 def test_bad_length_options_are_one_line_exit_2(args, message):
     result = runner.invoke(app, args)
