@@ -29,10 +29,7 @@ def _lengths(preset: str | None, scale: float | None, base: dict[str, Any]) -> A
     if preset is None:
         return None
     lengths = Lengths(preset, 1.0 if scale is None else scale)
-    limit = min(int(m.get("max_model_len", 2048)) for m in base["models"])
-    if lengths.max_total_tokens > limit:
-        raise ConfigError("--lengths", f"{preset} x {scale} allows {lengths.max_total_tokens} tokens per request, "
-                          f"beyond max_model_len {limit}; lower --length-scale or raise max_model_len")  # fmt: skip
+    lengths.check_fits(min(int(m.get("max_model_len", 2048)) for m in base["models"]))
     return lengths
 
 

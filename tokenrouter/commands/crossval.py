@@ -84,12 +84,12 @@ def crossval(
     if lengths is not None and workload is not None:
         raise ConfigError("--lengths", "give --lengths or --workload, not both")
     preset = Lengths(lengths, 1.0 if length_scale is None else length_scale) if lengths is not None else None
-    workloads = [w.strip() for w in (workload or "fixed").split(",") if w.strip()] if preset is None else ["lengths"]
-    for name in workloads if preset is None else []:
-        if name not in WORKLOADS:
-            raise ConfigError("--workload", f"unknown workload {name!r}; valid: {', '.join(WORKLOADS)}")
-    if not workloads:
-        raise ConfigError("--workload", f"no workload given; valid: {', '.join(WORKLOADS)}")
+    workloads = ["lengths"]
+    if preset is None:
+        workloads = [w.strip() for w in (workload or "fixed").split(",") if w.strip()]
+        for name in workloads or [""]:
+            if name not in WORKLOADS:
+                raise ConfigError("--workload", f"unknown workload {name!r}; valid: {', '.join(WORKLOADS)}")
     if drift not in DRIFT_MODES:
         raise ConfigError("--drift", f"unknown mode {drift!r}; valid: {', '.join(DRIFT_MODES)}")
     plan = make_plan(

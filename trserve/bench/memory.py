@@ -12,9 +12,11 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from trserve.runtime.reports import MEMORY_EVENTS
+
 #: ``tokenrouter_kv_blocks`` kinds, as the cell reports them.
 BLOCK_KINDS = {"total": "blocks_total", "used": "blocks_used", "parked": "blocks_parked"}
-EVENTS = ("spilled", "preempted", "recomputed_tokens", "admission_waits")
+EVENTS = MEMORY_EVENTS
 
 
 def _series(text: str, name: str, label: str) -> dict[str, dict[str, float]]:

@@ -54,6 +54,13 @@ class Lengths:
         assert output.maximum is not None
         return (prompt.maximum if prompt.maximum is not None else round(prompt.mean_hint * 10)) + output.maximum
 
+    def check_fits(self, max_model_len: int) -> None:
+        """Refuse (``--lengths``) a preset whose longest request exceeds ``max_model_len`` tokens."""
+        if self.max_total_tokens > max_model_len:
+            raise ConfigError("--lengths", f"{self.preset} x {self.scale:g} allows {self.max_total_tokens} tokens per "
+                              f"request, beyond max_model_len {max_model_len}; lower --length-scale or raise "
+                              "max_model_len")  # fmt: skip
+
     def to_dict(self) -> dict[str, Any]:
         """What a bench JSON records: the preset, the scale, the seed and the mean lengths."""
         prompt, output = self.mean_lengths()

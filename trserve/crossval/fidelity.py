@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from trserve.crossval.harness import CellRun, StepRecord
+from trserve.runtime.reports import MEMORY_EVENTS
 from trsim.metrics import SimResult
 
 #: ``summary[router]["latency"]`` keys; ``<name>_p<q>`` with ``e2e`` the simulator's ``latency``.
@@ -146,10 +147,6 @@ def step_breakdown(steps: Sequence[StepRecord], num_models: int, measure_s: floa
             }
         )
     return out
-
-
-#: The core's cumulative memory counters a step report carries (``trserve.runtime.reports.memory_fields``).
-MEMORY_EVENTS = ("spilled", "preempted", "recomputed_tokens", "admission_waits")
 
 
 def memory_events(runs: Sequence[Sequence[StepRecord]], num_models: int) -> list[dict[str, int]] | None:

@@ -82,11 +82,6 @@ def lengths_workload(cfg: ServeConfig, lengths: Lengths, warmup_s: float, measur
     drawn = [lengths.draw(0, k) for k in range(NUM_LENGTHS)]
     prompts = tuple(tuple(prompt_ids(lengths.rng(0, k), p)) for k, (p, _) in enumerate(drawn))
     outputs = tuple(o for _, o in drawn)
-    limit = min(m.max_model_len for m in cfg.models)
-    if lengths.max_total_tokens > limit:
-        raise ConfigError(
-            "--lengths", f"{lengths.preset} x {lengths.scale:g} allows {lengths.max_total_tokens} tokens per request, "
-            f"beyond a model's max_model_len ({limit}); lower --length-scale"
-        )  # fmt: skip
+    lengths.check_fits(min(m.max_model_len for m in cfg.models))
     name = lengths.preset if lengths.scale == 1 else f"{lengths.preset}x{lengths.scale:g}"
     return ClientWorkload(prompts, max(outputs), warmup_s, measure_s, output_lengths=outputs, name=name)

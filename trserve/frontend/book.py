@@ -266,10 +266,11 @@ class FrontEnd:
             self.tuner.on_step(report)
         if self.pinning is not None:
             self.pinning.on_report(report)
-        proc = report.model if self.pinning is None else self.pinning.table.proc(report.model, report.replica)
-        self.kv_gate.on_report(proc, report.memory)
-        if self.waiting:
-            self.dispatch_waiting()
+        if self.kv_gate.enabled:  # a report may release requests the gate held
+            proc = report.model if self.pinning is None else self.pinning.table.proc(report.model, report.replica)
+            self.kv_gate.on_report(proc, report.memory)
+            if self.waiting:
+                self.dispatch_waiting()
         now = time.monotonic()
         for rid, offset, tokens in report.tokens:
             gen = self.generations.get(rid)

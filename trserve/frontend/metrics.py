@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from trserve.runtime.messages import State, StepReport
+from trserve.runtime.reports import MEMORY_EVENTS
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 STEP_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
@@ -168,7 +169,7 @@ class Metrics:
         for kind, value in (("total", total), ("used", used), ("parked", memory["blocks_parked"]),
                             ("free", total - used)):  # fmt: skip
             self.kv_blocks.labels(model, kind).set(value)
-        for event in ("spilled", "preempted", "recomputed_tokens", "admission_waits"):
+        for event in MEMORY_EVENTS:
             self.kv_events.labels(model, event).set(memory[event])
         self.kv_waiting.labels(model).set(memory.get("waiting_admission", 0))
 

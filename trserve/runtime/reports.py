@@ -69,6 +69,10 @@ def step_outcome(
     }
 
 
+#: The core's cumulative memory counters in a report's ``memory`` field (:func:`memory_fields`).
+MEMORY_EVENTS = ("spilled", "preempted", "recomputed_tokens", "admission_waits")
+
+
 def memory_fields(memory: KVMemory | None) -> dict[str, int]:
     """The core's KV accounting as a report's ``memory`` field (empty without accounting)."""
     if memory is None:
