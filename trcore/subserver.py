@@ -29,13 +29,15 @@ def _has_reached_stop(spec: RequestSpec, token_ids: list[int]) -> bool:
 
 class RouteEvent(NamedTuple):
     """One routing decision, as recorded for traces: request, model that stepped, where it went next,
-    whether the sampled token was committed, and when."""
+    whether the sampled token was committed, when (the step's end) and when that step was launched (None in traces
+    recorded before launch times were)."""
 
     request_id: str
     model: int
     destination: int
     kept: bool
     time: float
+    launched: float | None = None
 
 
 class ProtocolError(RuntimeError):
@@ -163,6 +165,7 @@ class Subserver:
         routing = self.program.route(step)
         dests, keep, tokens = routing.destinations, routing.keep, step.token_ids
         model, num_models, trace, ready = self.model, self.program.num_models, self.trace, self._ready
+        launched = batch.launch_time
         handoffs: list[HandOff] = []
         # One pass per request, everything inlined: this loop is the simulator's hot path.
         for k, req in enumerate(batch.requests):
@@ -179,7 +182,7 @@ class Subserver:
                 if req.first_token_time is None:
                     req.first_token_time = now
             if trace is not None:
-                trace.append(RouteEvent(req.spec.request_id, model, dest, kept, now))
+                trace.append(RouteEvent(req.spec.request_id, model, dest, kept, now, launched))
             if kept and _has_reached_stop(req.spec, ids):
                 handoffs.extend(self._finish(req, now))
             elif dest == model:

@@ -19,7 +19,7 @@ import simpy
 from simpy.core import EmptySchedule, StopSimulation
 from simpy.events import NORMAL, Event, Timeout
 
-from trcore import CLIENT, Batch, ConfigError, InfeasibleError, PeerReq, Request, Subserver
+from trcore import CLIENT, Batch, ConfigError, InfeasibleError, PeerReq, Request, RouteEvent, Subserver
 from trcore.replicas import ReplicaTable
 from trsim.adaptive import AdaptiveDriving
 from trsim.baselines import PerTokenLatency
@@ -82,6 +82,8 @@ class Simulation(MemoryDriving, ThresholdDriving):
         self.phasing = PhaseDriving(self, config.phases, self._stop) if config.phases else None
         self.adaptive = AdaptiveDriving(self, config.adaptive, record_trace) if config.adaptive else None
         self.steps: list[StepRecord] | None = [] if chrome_trace else None
+        #: With ``record_trace``: per finished request (submitted, first token, finish), for latency breakdowns.
+        self.request_times: dict[str, tuple[float, float, float]] | None = {} if record_trace else None
         self.committed = 0
         self.num_active = 0
         self.pinned = [0] * table.num_procs
@@ -94,6 +96,10 @@ class Simulation(MemoryDriving, ThresholdDriving):
         self._stopped = False
         for p in range(table.num_procs):
             self.env.process(self._model_process(p))
+
+    def route_events(self) -> list[RouteEvent]:
+        """Every model's recorded routing events (empty without ``record_trace``)."""
+        return [event for sub in self.subservers for event in sub.trace or ()]
 
     # -- the driver interface the workload uses -------------------------------------------------------
     def now_s(self) -> float:
@@ -239,7 +245,10 @@ class Simulation(MemoryDriving, ThresholdDriving):
     def _finish(self, message: PeerReq, now: float, batch: tuple[Request, ...]) -> None:
         rid = message.request_id
         arrival = self._arrivals.pop(rid)
-        self.stats.finished.append((arrival, self._first_token_time(rid, batch, now), now, len(message.token_ids)))
+        first = self._first_token_time(rid, batch, now)
+        self.stats.finished.append((arrival, first, now, len(message.token_ids)))
+        if self.request_times is not None:
+            self.request_times[rid] = (arrival, first, now)
         self._end(message, now)
 
     def _end(self, message: PeerReq, now: float) -> None:

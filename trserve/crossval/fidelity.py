@@ -18,6 +18,7 @@ import numpy as np
 
 from trserve.crossval.harness import CellRun, StepRecord
 from trserve.runtime.reports import MEMORY_EVENTS
+from trsim import breakdown
 from trsim.metrics import SimResult
 
 #: ``summary[router]["latency"]`` keys; ``<name>_p<q>`` with ``e2e`` the simulator's ``latency``.
@@ -43,6 +44,7 @@ def real_fidelity(runs: Sequence[CellRun], num_models: int, entry_model: int) ->
     out["batch_histograms"] = histograms
     out["handoffs_per_token"] = sum(s.num_handoffs for s in steps) / tokens if tokens else 0.0
     out["llm_step_share"] = off_entry_share([sum(k * v for k, v in h.items()) for h in histograms], entry_model)
+    out["breakdown"] = breakdown.summarize([b for run in runs for b in run.breakdowns], num_models)
     return out
 
 
@@ -58,6 +60,7 @@ def sim_fidelity(result: SimResult, entry_model: int) -> dict[str, Any]:
     out["batch_histograms"] = [dict(m.batch_histogram) for m in result.models]
     out["handoffs_per_token"] = result.handoffs_per_token
     out["llm_step_share"] = off_entry_share([m.request_steps for m in result.models], entry_model)
+    out["breakdown"] = (result.extra or {}).get("breakdown", {"num_requests": 0})
     return out
 
 
@@ -90,6 +93,7 @@ def compare(real: Mapping[str, Any], sim: Mapping[str, Any]) -> dict[str, Any]:
         "batch_histogram_distance": [histogram_distance(r, s) for r, s in pairs],
         "handoff_rel_error": abs(sim["handoffs_per_token"] - rate_real) / rate_real if rate_real else None,
         "llm_step_share_diff": sim["llm_step_share"] - real["llm_step_share"],
+        "breakdown_diff_ms": breakdown.compare(real.get("breakdown", {}), sim.get("breakdown", {})),
     }
 
 

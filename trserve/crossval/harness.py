@@ -30,6 +30,7 @@ from trserve.frontend.book import FrontEnd
 from trserve.runtime.messages import StepReport
 from trserve.server.launch import Launcher
 from trserve.server.serve import resolve, start_frontend
+from trsim.breakdown import Breakdown, breakdown, timelines_from
 
 #: Names model ``m``'s routing program for a cell (its worker builds a fresh instance: routers hold RNG state).
 ProgramFactory = Callable[[int], ProgramChoice]
@@ -140,6 +141,8 @@ class CellRun:
     #: Per request that finished and was followed by its session's next: seconds from the end of its last step
     #: (the model's clock) to the next one's submission (the client's; one machine's monotonic clock).
     turnarounds: list[float] = field(default_factory=list)
+    #: Per finished full-length request, where its latency went (``trsim.breakdown``).
+    breakdowns: list[Breakdown] = field(default_factory=list)
 
 
 @asynccontextmanager
@@ -203,6 +206,7 @@ async def run_cell(
     traces = traces_from_events(events, client.specs)
     num_tokens = sum(n for t, n in client.arrivals if window[0] <= t < window[1])
     full = client.finished & client.full_length
+    times = {rid: client.timings[rid][:3] for rid in full if rid in client.timings}
     return CellRun(
         throughput_tok_s=num_tokens / workload.measure_s,
         num_tokens=num_tokens,
@@ -215,6 +219,7 @@ async def run_cell(
         full_length_ids=frozenset(client.full_length),
         latencies=[client.timings[rid] for rid in sorted(full) if rid in client.timings],
         turnarounds=turnarounds(events, client),
+        breakdowns=[breakdown(t, num_models) for t in timelines_from(events, times)],
     )
 
 

@@ -48,5 +48,5 @@ class TraceDump:
 
     model: int
     token: int
-    events: list[tuple[str, int, int, bool, float]] = field(default_factory=list)
+    events: list[tuple[str, int, int, bool, float, float | None]] = field(default_factory=list)
     num_resident: int = 0

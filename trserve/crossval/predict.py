@@ -17,9 +17,10 @@ from trcore.traces import RequestTrace
 from trserve.config import ServeConfig
 from trserve.crossval.stack import StackCosts
 from trserve.engine.emulated import EmulatedLatency
+from trsim import breakdown
 from trsim.build import with_traces
 from trsim.config import SimConfig
-from trsim.driver import simulate
+from trsim.driver import Simulation
 from trsim.kv import KVSimConfig
 from trsim.metrics import SimResult
 from trsim.profile import latency_from_profile, load_profile
@@ -184,7 +185,10 @@ def sim_result(
     )
     config = with_traces(base, traces)
     warmup = max(1, sum(t.output_length for t in traces[:concurrency]) // 2)
-    result = simulate(config, time_s=sim_s, warmup_tokens=warmup)
+    sim = Simulation(config, record_trace=True)
+    result = sim.run(time_s=sim_s, warmup_tokens=warmup)
+    assert sim.request_times is not None
+    result.extra["breakdown"] = breakdown.of_requests(sim.route_events(), sim.request_times, len(thresholds))
     if result.committed_tokens and result.committed_tokens <= warmup:
         raise ConfigError(
             "sim_s",

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from trserve.crossval.breakdown_report import breakdown_lines
 from trserve.crossval.fidelity import LATENCY_METRICS
 
 #: A predictor's best threshold vector "matches" when its measured throughput is within this of the best.
@@ -94,6 +95,7 @@ def markdown_table(
             f"{s['sim_best_matches']} |"
         )
     lines += fidelity_lines(summary) if all("latency" in s for s in summary.values()) else []
+    lines += breakdown_lines(cells)
     lines += diagnosis_lines(diagnosis) if diagnosis else []
     return "\n".join(lines) + "\n"
 
