@@ -67,7 +67,9 @@ class SimConfig:
       ended; one figure for all, or one per receiving model;
     * ``host_overhead_s``: per model, the time its subserver loop spends between the end of a step and the next
       launch (reports, hand-offs, scheduling): the model is busy for its step latency plus this after every
-      step; the step's tokens and hand-offs come out when the latency has passed. Empty: none."""
+      step; the step's tokens and hand-offs come out when the latency has passed. Empty: none;
+    * ``host_overhead_per_request_s``: per model, more of that time per request in the step;
+    * ``delivery_delay_s``: from a step's end to the client's receipt of its tokens (latencies only)."""
 
     latency: tuple[LatencyModel, ...]
     policies: tuple[BatchingPolicy, ...]
@@ -89,6 +91,11 @@ class SimConfig:
     phases: tuple[Phase, ...] = ()
     #: Thresholds tuned online by ``trcore.adaptive`` (None: the policies' thresholds stay).
     adaptive: AdaptiveSimConfig | None = None
+    #: Per model: host seconds per request of a step, added to ``host_overhead_s`` (empty: none).
+    host_overhead_per_request_s: tuple[float, ...] = ()
+    #: Seconds from the end of a step to the client's receipt of its tokens: recorded first-token and finish times
+    #: move this much later (latency metrics only; a closed loop's next request follows ``think_time_s``).
+    delivery_delay_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.latency or len(self.latency) != len(self.policies):
@@ -98,6 +105,9 @@ class SimConfig:
         _check_costs("transfer_delay_s", self.transfer_delay_s, self.num_models)
         if self.host_overhead_s:
             _check_costs("host_overhead_s", self.host_overhead_s, self.num_models)
+        if self.host_overhead_per_request_s:
+            _check_costs("host_overhead_per_request_s", self.host_overhead_per_request_s, self.num_models)
+        _check_costs("delivery_delay_s", self.delivery_delay_s, self.num_models)
         if self.model_names and len(self.model_names) != self.num_models:
             raise ConfigError("model_names", "need one name per model")
         if self.replicas and (len(self.replicas) != self.num_models or min(self.replicas) < 1):
@@ -119,6 +129,10 @@ class SimConfig:
     def host_overhead(self, model: int) -> float:
         """Seconds model ``model`` stays busy after each step, beyond its latency."""
         return self.host_overhead_s[model] if self.host_overhead_s else 0.0
+
+    def host_overhead_per_request(self, model: int) -> float:
+        """Seconds model ``model`` stays busy after each step per request in it, beyond :meth:`host_overhead`."""
+        return self.host_overhead_per_request_s[model] if self.host_overhead_per_request_s else 0.0
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -69,6 +69,7 @@ class Simulation(MemoryDriving, ThresholdDriving):
         #: Per receiving model: ticks a hand-off travels; per process: ticks its model's loop adds to each step.
         self.transfer_ticks = [cost_ticks(config.transfer_delay(m)) for m in range(n)]
         self.overhead_ticks = [cost_ticks(config.host_overhead(m)) for m, _ in table.procs]
+        self.per_request_ticks = [cost_ticks(config.host_overhead_per_request(m)) for m, _ in table.procs]
         if config.per_token is not None:
             pt = config.per_token
             self.latency = [PerTokenLatency(lat, m, pt) for m, lat in enumerate(self.latency)]
@@ -179,7 +180,8 @@ class Simulation(MemoryDriving, ThresholdDriving):
             yield Timeout(env, ticks)
             self.stats.proc_steps[p] += 1
             self._complete(p, batch, launched, ticks)
-            hold = self.cooldown_ticks + self.overhead_ticks[p]  # the step's results are out; the loop is busy
+            # The step's results are out; the loop is busy.
+            hold = self.cooldown_ticks + self.overhead_ticks[p] + self.per_request_ticks[p] * batch.size
             if hold:
                 yield Timeout(env, hold)
             if not self.cooldown_ticks and env.peek() == env.now:  # more happens now: decide to launch after it
@@ -245,10 +247,11 @@ class Simulation(MemoryDriving, ThresholdDriving):
     def _finish(self, message: PeerReq, now: float, batch: tuple[Request, ...]) -> None:
         rid = message.request_id
         arrival = self._arrivals.pop(rid)
-        first = self._first_token_time(rid, batch, now)
-        self.stats.finished.append((arrival, first, now, len(message.token_ids)))
+        delivery = self.config.delivery_delay_s
+        first, done = self._first_token_time(rid, batch, now) + delivery, now + delivery
+        self.stats.finished.append((arrival, first, done, len(message.token_ids)))
         if self.request_times is not None:
-            self.request_times[rid] = (arrival, first, now)
+            self.request_times[rid] = (arrival, first, done)
         self._end(message, now)
 
     def _end(self, message: PeerReq, now: float) -> None:

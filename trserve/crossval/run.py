@@ -45,7 +45,15 @@ from trserve.crossval.predict import (
     typical_extend,
 )
 from trserve.crossval.report import add_errors, drift_line, markdown_table, plot_cells, summarize
-from trserve.crossval.stack import STACK_FILE, StackCosts, StackProbe, costs_for_sim, probe_stack, stack_line
+from trserve.crossval.stack import (
+    STACK_FILE,
+    StackCosts,
+    StackProbe,
+    costs_for_sim,
+    probe_concurrencies,
+    probe_stack,
+    stack_line,
+)
 from trserve.server.drift import DEFAULT_TOLERANCE, DriftReport
 
 Progress = Callable[[str], None]
@@ -86,7 +94,8 @@ async def measure(
             router = plan.routers[0]
             programs = program_factory(router, cfg.num_models)
             names = [m.name for m in cfg.models]
-            costs = await probe_stack(frontend, programs, asdict(router), names, workload, cap, stack.command)
+            costs = await probe_stack(frontend, programs, asdict(router), names, workload, cap, stack.command,
+                                      probe_concurrencies(plan.concurrencies))  # fmt: skip
             progress(f"stack probe: {stack_line(costs.to_dict())}")
         cells = plan.cells()
         for k, (rep, router, n, b) in enumerate(cells):

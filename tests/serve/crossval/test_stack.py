@@ -23,6 +23,7 @@ from trserve.crossval.stack import (
     StackProbe,
     costs_for_sim,
     costs_from_steps,
+    host_gap_line,
     load_stack,
     stack_from_doc,
     summarize_steps,
@@ -66,18 +67,45 @@ def test_host_gaps_and_transits_are_medians_over_steps_and_messages():
 
 def test_costs_take_the_medians_and_zero_without_samples():
     costs = costs_from_steps(STEPS, ["small", "large"], [0.004, 0.001, 0.002], {"source": "probe"})
-    assert costs.host_gap_s == pytest.approx((0.002, 0.0)) and costs.handoff_transit_s == pytest.approx((0.001, 0.0))
+    # Model 0's gaps at batches 1 and 2 (medians 1 and 3 ms, one and two steps) make a line; its fit crosses 0
+    # below one request, so it runs through the origin: (1 * 1 * 1 + 2 * 2 * 3) / (1 * 1 + 2 * 4) ms per request.
+    assert costs.host_gap_s == pytest.approx((0.0, 0.0)) and costs.per_request_s == pytest.approx((0.013 / 9, 0.0))
+    assert costs.handoff_transit_s == pytest.approx((0.001, 0.0))
     assert costs.client_turnaround_s == pytest.approx(0.002) and costs.source["client"]["num_turnarounds"] == 3
     assert costs_from_steps(STEPS, ["small", "large"], [], {}).client_turnaround_s == 0.0
     assert costs.step_overrun_s == pytest.approx((0.0002, 0.0))
     # The simulator's model is busy for the host gap plus the overrun after each step; not with a drift probe.
-    assert costs.sim_fields()["host_overhead_s"] == pytest.approx((0.0022, 0.0))
+    assert costs.sim_fields()["host_overhead_s"] == pytest.approx((0.0002, 0.0))
+    assert costs.sim_fields()["host_overhead_per_request_s"] == costs.per_request_s
     assert costs.sim_fields()["transfer_delay_s"] == costs.handoff_transit_s
     scaled = costs_for_sim(costs, drift_scaled=True)
     assert scaled.sim_fields()["host_overhead_s"] == costs.host_gap_s and scaled.source["step_overrun_not_added"]
     assert costs_for_sim(costs, drift_scaled=False) == costs and costs_for_sim(StackProbe(), False) is None
     assert stack_from_doc(json.loads(json.dumps(costs.to_dict()))) == costs
     assert stack_from_doc({"source": "none: the simulator's stack is ideal"}) is None
+
+
+def test_host_gap_line_per_request():
+    line = host_gap_line({"1": 0.0003, "2": 0.0004, "4": 0.0006}, {"1": 5, "2": 1, "4": 9})
+    assert line == pytest.approx((0.0002, 0.0001))
+    assert host_gap_line({"1": 0.0003}, {"1": 4}) is None  # one batch size: no line
+    assert host_gap_line({"1": 0.0004, "3": 0.0002}, {"1": 1, "3": 1}) == pytest.approx((0.0003, 0.0))
+
+
+def test_the_simulator_adds_per_request_host_time_and_delivers_later():
+    traces = [RequestTrace(f"r{k}", (TraceStep(0, 0, True),) * 8, 20, 8) for k in range(4)]
+    latency = (ConstantModel(0.010), ConstantModel(0.020))
+    base = StackCosts((0.002, 0.0), (0.0, 0.0))
+    plain = sim_result(traces, Calibration(("a", "b"), latency, base), 2, (1, 1), 8, 5.0)
+    per_request = replace(base, per_request_s=(0.001, 0.0))
+    busier = sim_result(traces, Calibration(("a", "b"), latency, per_request), 2, (1, 1), 8, 5.0)
+    assert busier.throughput_tok_s == pytest.approx(2 / (0.010 + 0.002 + 2 * 0.001), rel=0.01)
+    later = sim_result(traces, Calibration(("a", "b"), latency, replace(base, delivery_s=0.003)), 2, (1, 1), 8, 5.0)
+    assert later.throughput_tok_s == pytest.approx(plain.throughput_tok_s)  # delivery moves latencies only
+    assert later.ttft_p50_s == pytest.approx(plain.ttft_p50_s + 0.003)
+    assert later.latency_p99_s == pytest.approx(plain.latency_p99_s + 0.003)
+    assert later.tpot_p50_s == pytest.approx(plain.tpot_p50_s)
+    assert later.extra["breakdown"]["mean_ms"]["delivery"] == pytest.approx(3.0)
 
 
 def test_the_simulator_adds_the_stack_costs_to_every_step_and_request():
@@ -156,7 +184,12 @@ def test_emulated_run_probes_the_stack_before_its_cell(tmp_path):
     assert small["num_steps"] > 0 and large["num_steps"] > 0
     # Both models step back to back at times (the other's hand-offs keep them busy): their loops' gaps are in.
     assert all(0 < m["num_host_gaps"] <= m["num_steps"] for m in (small, large))  # at most one gap per step
-    assert written["host_gap_s"] == [small["host_gap_median_s"], large["host_gap_median_s"]]
+    assert written["probe"]["concurrencies"] == [2, 4]  # and the plan's largest: gaps at more batch sizes
+    for m, gap, per_request in zip((small, large), written["host_gap_s"], written["per_request_s"], strict=True):
+        line = host_gap_line(m["host_gap_median_s_by_batch"], m["host_gap_counts_by_batch"])
+        assert [gap, per_request] == (list(line) if line else [m["host_gap_median_s"], 0.0])
+    # Delivery: a finished request's last step to the client's receipt, a median over both probe windows.
+    assert written["client"]["num_deliveries"] > 0 and 0 < written["delivery_s"] < 0.3 + 1.0
     for m in (small, large):  # the median of all gaps lies between the per-batch-size medians
         by_batch = m["host_gap_median_s_by_batch"].values()
         assert min(by_batch) <= m["host_gap_median_s"] <= max(by_batch), m
