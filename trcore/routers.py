@@ -102,7 +102,9 @@ class TraceReplayRouter(RoutingProgram):
     """Replays recorded decisions. ``traces[t][m]`` is the list of ``(destination, kept)`` decisions trace
     ``t`` made on model ``m``, in order. The entry model gives each new request the next trace index
     (round robin); the index travels with the request, so every model replays the same trace. A request
-    that outlives its trace starts it again from the beginning on that model."""
+    that outlives its trace on a model goes on with the next trace's decisions there (and so on, round robin):
+    an independent continuation, where starting its own trace again would repeat one short sample's share of
+    hand-offs for the whole request."""
 
     def __init__(
         self,
@@ -114,7 +116,7 @@ class TraceReplayRouter(RoutingProgram):
         if not traces:
             raise ConfigError("traces", "needs at least one recorded request")
         self.traces = traces
-        self._positions: dict[str, int] = {}
+        self._positions: dict[str, tuple[int, int]] = {}  # request -> (trace being replayed here, position)
         self._extras: dict[str, dict[str, object]] = {}
         self._num_assigned = 0
 
@@ -148,9 +150,16 @@ class TraceReplayRouter(RoutingProgram):
         self._extras.pop(request_id, None)
 
     def _next(self, request_id: str) -> tuple[int, bool]:
-        index = self.assign(self._extras.setdefault(request_id, {}))
-        decisions = self.traces[index].get(self.model) or [(self.model, True)]
-        pos = self._positions.get(request_id, 0)
-        self._positions[request_id] = pos + 1
-        dest, kept = decisions[pos % len(decisions)]
+        position = self._positions.get(request_id)
+        index, pos = position if position is not None else (self.assign(self._extras.setdefault(request_id, {})), 0)
+        decisions = self.traces[index].get(self.model)
+        for _ in range(len(self.traces)):
+            if decisions and pos < len(decisions):
+                break
+            index, pos = (index + 1) % len(self.traces), 0
+            decisions = self.traces[index].get(self.model)
+        if not decisions:  # no trace ever stepped on this model
+            return self.model, True
+        self._positions[request_id] = (index, pos + 1)
+        dest, kept = decisions[pos]
         return dest, kept

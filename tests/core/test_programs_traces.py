@@ -70,3 +70,16 @@ def test_dropping_programs_record_dropped_steps():
         if s.model == 0 and s.destination == 1
     ]
     assert switches and all(not s.kept and nxt.model == 1 for s, nxt in switches)
+
+
+def test_a_request_that_outlives_its_trace_goes_on_with_the_next_traces_decisions():
+    from trcore import StepResult
+
+    traces = [{0: [(0, True), (0, True)]}, {0: [(0, False)] * 3}, {1: [(0, True)]}]
+    router = TraceReplayRouter(0, 2, traces)
+    router.assign({})  # another request took trace 0: ours gets trace 1
+    kept = [router.route(StepResult(token_ids=[7], request_ids=["r"])).keep[0] for _ in range(9)]
+    # Trace 1 (3 dropped tokens), trace 2 has no step on model 0, then trace 0 (2 kept), then trace 1 again.
+    assert kept == [False, False, False, True, True, False, False, False, True]
+    lonely = TraceReplayRouter(1, 2, [{0: [(0, True)]}])
+    assert lonely.route(StepResult(token_ids=[7], request_ids=["s"])).destinations == [1]  # never stepped here

@@ -197,7 +197,7 @@ def workload_note(workload: ClientWorkload) -> dict[str, Any]:
 def replay_traces(runs: Sequence[CellRun]) -> list[RequestTrace]:
     """The traces the simulator replays: every recorded request's, with its drawn full length: a finished
     full-length request as it ran; one cut off at the end of its cell, or a session's shortened first request,
-    with the length it was drawn with (its trace is replayed from the start again when the request outlives it),
+    with the length it was drawn with (when the request outlives its trace it goes on with the next one's),
     so long requests are not under-represented (few of them finish inside a window) and every session's routing
     is sampled."""
     out = []
