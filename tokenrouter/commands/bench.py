@@ -9,7 +9,12 @@ import typer
 
 from tokenrouter.errors import cli_errors
 from trcore.errors import ConfigError
+from trserve.bench.open_load import TABLE_CONCURRENCIES
+from trserve.bench.open_load import open_load as load_of
 from trserve.bench.systems import BENCH_SYSTEMS, SINGLE_MODEL
+
+#: The closed loop's concurrencies when neither --concurrency nor --rate / --arrivals is given.
+CLOSED_DEFAULT = "1,4,8,16"
 
 
 def _ints(text: str, field: str) -> tuple[int, ...]:
@@ -45,8 +50,19 @@ def bench(
         ",".join(BENCH_SYSTEMS), help="Systems to compare (vllm-server: vLLM's own OpenAI server, large model)."
     ),
     routers: str = typer.Option("rstitch,r2r", help="Routing programs (rstitch, r2r, citer: their operating points)."),
-    concurrency: str = typer.Option("1,4,8,16", "--concurrency", "-n", help="Closed-loop concurrencies N."),
-    repetitions: int = typer.Option(3, min=1, help="Measured windows per system, router and N."),
+    concurrency: str | None = typer.Option(
+        None, "--concurrency", "-n", help="Closed-loop concurrencies N (1,4,8,16 unless --rate / --arrivals)."
+    ),
+    rate: str | None = typer.Option(
+        None, "--rate", help="Open loop instead: Poisson arrival rates (requests/s), e.g. 2,4,8; one cell per rate."
+    ),
+    arrivals: Path | None = typer.Option(
+        None, "--arrivals", help="Open loop instead: replay these arrival times (s; one a line or a JSON list)."
+    ),
+    arrival_seed: int | None = typer.Option(
+        None, "--arrival-seed", help="Seed of --rate's arrivals; window k draws seed + k [0]."
+    ),
+    repetitions: int = typer.Option(3, min=1, help="Measured windows per system, router and N (or rate)."),
     max_tokens: int = typer.Option(32, min=2, help="Output tokens per request (without --lengths)."),
     lengths: str | None = typer.Option(
         None, "--lengths", help="Lengths from a simulator preset: short-reasoning, long-reasoning, short-reasoning-cpu."
@@ -65,7 +81,7 @@ def bench(
         None, "--stack", help="A crossval probe's stack.json: also simulate the routed systems with those costs."
     ),
 ) -> None:
-    """Run every system x router x N on this machine and write JSON, a markdown table and a PNG."""
+    """Run every system x router x N (or x rate, open loop) on this machine and write JSON, markdown and a PNG."""
     import os
     import sys
     import time
@@ -86,9 +102,12 @@ def bench(
 
     if length_scale is not None and lengths is None:  # before anything loads: it would scale nothing
         raise ConfigError("--length-scale", "scales --lengths; give --lengths too")
+    if concurrency is not None and (rate is not None or arrivals is not None):
+        raise ConfigError("--concurrency", "sets the closed loop; --rate / --arrivals the open loop: give one of them")
+    open_load = load_of(rate, arrivals, arrival_seed, warmup_s, window_s)
     sys_names, router_names = _names(systems), _names(routers)
     check_names(sys_names, router_names)
-    ns = _ints(concurrency, "concurrency")
+    ns = _ints(concurrency or CLOSED_DEFAULT, "concurrency") if open_load is None else TABLE_CONCURRENCIES
     if drift not in DRIFT_MODES:
         raise ConfigError("--drift", f"unknown mode {drift!r}; valid: {', '.join(DRIFT_MODES)}")
     opt.check_positive(drift_tolerance, "--drift-tolerance")
@@ -107,11 +126,12 @@ def bench(
     started = time.monotonic()
     probed = probe_bench(base, sys_names, drift, drift_tolerance, lambda msg: typer.echo(f"bench: {msg}", err=True))
     typer.echo(f"bench: {probed.line()}", err=True)
-    plan = BenchPlan(sys_names, router_names, ns, repetitions, workload, base, direct, min_gain=min_gain, drift=probed,
-                     stack=costs)  # fmt: skip
+    plan = BenchPlan(sys_names, router_names, ns, repetitions, workload, base, direct and open_load is None,
+                     min_gain=min_gain, drift=probed, stack=costs, open=open_load)  # fmt: skip
     runner = BenchRunner(plan, None)
-    cells = len(ns) * repetitions * (len([s for s in sys_names if s not in SINGLE_MODEL]) * len(router_names))
-    cells += len(ns) * repetitions * len([s for s in sys_names if s in SINGLE_MODEL])
+    loads = len(ns) if open_load is None else len(open_load.keys)
+    cells = loads * repetitions * (len([s for s in sys_names if s not in SINGLE_MODEL]) * len(router_names))
+    cells += loads * repetitions * len([s for s in sys_names if s in SINGLE_MODEL])
     command = ("tokenrouter bench " + " ".join(sys.argv[2:])).strip()
 
     def write() -> dict[str, object]:
@@ -124,4 +144,5 @@ def bench(
         runner.run()
     doc = write()
     typer.echo(f"bench: wrote {out}/bench.json, bench.md, bench.png in {doc['elapsed_s']:.0f} s")
-    typer.echo(f"bench: targets {doc['targets']}")
+    if open_load is None:
+        typer.echo(f"bench: targets {doc['targets']}")

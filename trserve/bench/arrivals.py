@@ -3,12 +3,14 @@
 Times are seconds from the run's start, non-decreasing. A Poisson schedule draws exponential gaps of mean
 ``1 / rate`` from ``random.Random(seed)``, as the simulator's Poisson workload does (``trsim.workload``), so a
 seed gives the same times on every machine. A trace file holds one time per line (``#`` comments and blank lines
-skipped), a JSON list of numbers, or JSON lines with an ``arrival_s`` field.
+skipped), a JSON list of numbers, or JSON lines with an ``arrival_s`` field; times are finite seconds >= 0 and
+must not decrease.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +66,8 @@ def read_trace(path: str | Path) -> Arrivals:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError("--arrivals", f"{path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError:
+        raise ConfigError("--arrivals", f"{path}: not a text file") from None
     if text.lstrip().startswith("["):
         values: list[tuple[str, Any]] = [(f"{path.name}[{k}]", v) for k, v in enumerate(_json(text, path.name))]
     else:
@@ -101,4 +105,6 @@ def _seconds(value: Any, where: str) -> float:
         raise ConfigError("--arrivals", f"{where}: expected seconds, got {value!r}") from None
     if not t >= 0:
         raise ConfigError("--arrivals", f"{where}: times must be >= 0, got {value!r}")
+    if not math.isfinite(t):
+        raise ConfigError("--arrivals", f"{where}: times must be finite, got {value!r}")
     return t

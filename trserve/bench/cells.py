@@ -1,5 +1,6 @@
 """What a bench run is made of: the plan, one cell per (system, router, concurrency) with its measured windows and
-predictions, and what each router's ``tokenrouter-b1`` runs taught (see ``trserve.bench.runner``)."""
+predictions (under open-loop load one per (system, router, rate or trace)), and what each router's
+``tokenrouter-b1`` runs taught (see ``trserve.bench.runner``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any
 from trserve.bench import predict
 from trserve.bench.client import LoadResult, Workload
 from trserve.bench.drift import NOT_PROBED, BenchDrift
+from trserve.bench.open_load import OpenLoad
+from trserve.bench.open_loop import OpenLoadResult
 from trserve.bench.window_stats import StepStats
 from trserve.crossval.stack import StackCosts
 
@@ -31,6 +34,18 @@ class BenchPlan:
     #: The serving stack's measured costs (``--stack``, a crossval probe's ``stack.json``): the routed systems get a
     #: second simulator prediction with them.
     stack: StackCosts | None = None
+    #: Open-loop load (``--rate`` / ``--arrivals``) instead of the closed loop; ``concurrencies`` then key the routed
+    #: systems' threshold tables (``trserve.bench.open_load.TABLE_CONCURRENCIES``).
+    open: OpenLoad | None = None
+
+    @property
+    def table_size(self) -> int:
+        """Batch sizes the latency tables cover: the largest concurrency, and under open load (where requests can
+        pile up) the server's ``max_active_requests`` if larger."""
+        top = max(self.concurrencies)
+        if self.open is None:
+            return top
+        return max(top, int(self.base.get("server", {}).get("max_active_requests", top)))
 
 
 @dataclass
@@ -54,6 +69,29 @@ class Cell:
     router_params: dict[str, Any] | None = None
     #: The operating point's measured quality when the cell ran one (``trserve.bench.matched``), else None.
     quality: dict[str, Any] | None = None
+
+
+@dataclass
+class OpenCell(Cell):
+    """All repetitions of one (system, router, rate) of open-loop load (``rate_rps`` None: the replayed trace);
+    ``concurrency`` is 0. The routed systems carry the simulator's figures at the rate
+    (``trserve.bench.open_predict``)."""
+
+    rate_rps: float | None = None
+    #: B* by number of active requests, the table the server ran (None: B = 1 or a baseline).
+    threshold_table: dict[int, list[int]] | None = None
+    sim: dict[str, Any] | None = None
+    sim_stack: dict[str, Any] | None = None
+
+    @property
+    def windows(self) -> list[OpenLoadResult]:
+        """The measured windows, each an open-loop run."""
+        return [x for x in self.loads if isinstance(x, OpenLoadResult)]
+
+    @property
+    def load_label(self) -> str:
+        """The cell's load in a few words: ``2 req/s`` or ``trace``."""
+        return "trace" if self.rate_rps is None else f"{self.rate_rps:g} req/s"
 
 
 @dataclass

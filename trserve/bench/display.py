@@ -9,6 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from trserve.bench.open_report import open_line
+
 
 class BenchDisplay:
     """Progress events from :class:`trserve.bench.runner.BenchRunner`; a context manager around the run."""
@@ -32,7 +34,8 @@ class BenchDisplay:
         self.progress.update(self.task, description=f"starting {system} / {router}")
 
     def running(self, cell: Any, rep: int) -> None:
-        self.progress.update(self.task, description=f"{cell.system} / {cell.router} N={cell.concurrency} rep {rep + 1}")
+        where = getattr(cell, "load_label", None) or f"N={cell.concurrency}"
+        self.progress.update(self.task, description=f"{cell.system} / {cell.router} {where} rep {rep + 1}")
 
     def measured(self, cell: Any) -> None:
         self.progress.advance(self.task)
@@ -43,6 +46,9 @@ class BenchDisplay:
         self.console.print(f"[cyan]{router}[/]: P rows {p}; C rows {c}; latencies from {source}; B* {optimized}")
 
     def cell_done(self, cell: Any) -> None:
+        if hasattr(cell, "load_label"):
+            self.console.print(open_line(cell))
+            return
         tputs = [x.throughput_tok_s for x in cell.loads]
         figures = {"model": cell.predicted_model, "sim": cell.predicted_sim,
                    "model with measured steps": cell.predicted_own_steps,

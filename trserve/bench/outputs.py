@@ -1,6 +1,6 @@
 """Writing one bench run: ``bench.json`` (settings, machine load, the drift probe, ``runs``, targets),
 ``bench.md`` (the drift probe's line, tables) and ``bench.png``; and the issue's targets, computed from the runs
-at the target concurrency."""
+at the target concurrency. An open-loop bench writes ``open_runs`` instead (:func:`write_open_outputs`)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ from typing import Any
 
 from trserve import eventloop
 from trserve.bench.matched import matched_rows, matched_table
+from trserve.bench.open_report import markdown as open_markdown
+from trserve.bench.open_report import open_item
+from trserve.bench.open_report import plot as open_plot
 from trserve.bench.report import lookup, markdown_table, plot, run_item, speedup_table
 
 TARGET_N = 8
@@ -92,23 +95,17 @@ def write_outputs(
 ) -> dict[str, Any]:
     """Write the three files; returns the JSON document."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    if plan.open is not None:
+        return write_open_outputs(out_dir, plan, runner, command, load, elapsed_s)
     runs = [run_item(c) for c in runner.cells]
     routers, ns = list(plan.routers), list(plan.concurrencies)
     doc = {
-        "command": command,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), **load},
-        "elapsed_s": elapsed_s,
+        **_head(command, load, elapsed_s),
         "settings": {
             "systems": list(plan.systems),
             "routers": routers,
             "concurrencies": ns,
-            "repetitions": plan.repetitions,
-            "max_tokens": plan.workload.max_tokens,
-            "lengths": plan.workload.lengths.to_dict() if plan.workload.lengths is not None else None,
-            "warmup_s": plan.workload.warmup_s,
-            "window_s": plan.workload.window_s,
-            "event_loop": eventloop.loop_name(),  # the server's and the load generator's
+            **_work(plan),
             "load_generator": "trserve.bench.stream: one keep-alive HTTP/1.1 connection per client, in the bench "
             "process; only each answer's usage chunk is parsed",
         },
@@ -129,4 +126,43 @@ def write_outputs(
                matched_table(doc["matched_quality"])]  # fmt: skip
     (out_dir / "bench.md").write_text("\n".join(md))
     plot(runs, routers, ns, out_dir / "bench.png")
+    return doc
+
+
+def _head(command: str, load: dict[str, float], elapsed_s: float) -> dict[str, Any]:
+    machine = {"cpus": os.cpu_count(), "platform": platform.platform(), **load}
+    return {"command": command, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine,
+            "elapsed_s": elapsed_s}  # fmt: skip
+
+
+def _work(plan: Any) -> dict[str, Any]:
+    """The settings of what each request asks and of the windows."""
+    work = plan.workload
+    return {"repetitions": plan.repetitions, "max_tokens": work.max_tokens,
+            "lengths": work.lengths.to_dict() if work.lengths is not None else None, "warmup_s": work.warmup_s,
+            "window_s": work.window_s, "event_loop": eventloop.loop_name()}  # fmt: skip
+
+
+def write_open_outputs(
+    out_dir: Path, plan: Any, runner: Any, command: str, load: dict[str, float], elapsed_s: float
+) -> dict[str, Any]:
+    """An open-loop bench's files: ``bench.json`` with ``open_runs`` (``trserve.bench.open_report``) in place of the
+    closed loop's ``runs``, ``bench.md`` with a table per rate, and ``bench.png``."""
+    items = [open_item(c) for c in runner.cells]
+    doc = {
+        **_head(command, load, elapsed_s),
+        "settings": {"systems": list(plan.systems), "routers": list(plan.routers), "load": plan.open.to_dict(),
+                     "threshold_table_concurrencies": list(plan.concurrencies), **_work(plan),
+                     "load_generator": "trserve.bench.open_loop: each request sent at its arrival time on an idle "
+                     "keep-alive connection of a pool, in the bench process; latencies from the arrival time"},
+        "drift": plan.drift.to_dict(),
+        "stack": plan.stack.to_dict() if plan.stack is not None else None,
+        "routing": {r: routing_item(s, plan.min_gain) for r, s in runner.routers.items()},
+        "open_runs": items,
+        "vllm_server": runner.external.get("vllm-server"),
+    }  # fmt: skip
+    (out_dir / "bench.json").write_text(json.dumps(doc, indent=2) + "\n")
+    md = [f"Command: `{command}`", "", plan.drift.line(), "", open_markdown(items)]
+    (out_dir / "bench.md").write_text("\n".join(md))
+    open_plot(items, list(plan.routers), out_dir / "bench.png")
     return doc

@@ -3,22 +3,23 @@ with a live progress display and the predicted figure printed next to each measu
 
 Per router, ``tokenrouter-b1`` runs first: its counters give the routing statistics (P, C) from which the
 optimizer picks ``B*`` per concurrency for ``tokenrouter`` and ``tokenrouter-readmit`` (a threshold table keyed
-by the number of active requests, so one server covers every N).
+by the number of active requests, so one server covers every N). Under open-loop load (``--rate``, ``--arrivals``)
+each server runs one cell per rate instead (``trserve.bench.open_cells``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from trcore.errors import NotIrreducibleError
 from trserve import eventloop
-from trserve.bench import cpu, predict, window_stats
-from trserve.bench.cells import BenchPlan, Cell, RouterState
-from trserve.bench.client import run_load
+from trserve.bench import cpu, open_cells, predict, window_stats
+from trserve.bench.cells import BenchPlan, Cell, OpenCell, RouterState
+from trserve.bench.client import LoadResult, run_load
 from trserve.bench.direct import run_direct_process
 from trserve.bench.matched import quality_for
-from trserve.bench.servers import started
+from trserve.bench.servers import Started, started
 from trserve.bench.systems import EXTERNAL, OPTIMIZED, SINGLE_MODEL
 from trserve.hardware import hardware_tag
 
@@ -76,23 +77,34 @@ class BenchRunner:
             def probe() -> dict[str, Any]:
                 return cpu.snapshot(server.pid)
 
-            for n in self.plan.concurrencies:
-                cell = Cell(system, router, n, thresholds=table.get(n) if table else None)
-                cell.router_params = server.router["params"] if server.router else None
-                cell.quality = quality_for(self.plan.base, system, router, cell.router_params)
-                for rep in range(self.plan.repetitions):
-                    self.display.running(cell, rep)
-                    load = eventloop.run(run_load(server.url, n, self.plan.workload, probe))
-                    cell.loads.append(load)
-                    cell.stats.append(
-                        window_stats.step_stats(load.metrics_after, load.metrics_before, self._model_names(system))
-                    )
-                    self.display.measured(cell)
-                self.cells.append(cell)
-                self._predict(cell)
-                self.display.cell_done(cell)
+            if self.plan.open is not None:
+                open_cells.measure(self, server, system, router, table, probe)
+            else:
+                for n in self.plan.concurrencies:
+                    cell = Cell(system, router, n, thresholds=table.get(n) if table else None)
+
+                    def window(_rep: int, n: int = n) -> Coroutine[Any, Any, LoadResult]:
+                        return run_load(server.url, n, self.plan.workload, probe)
+
+                    self.measure(cell, server, window)
         if self.on_checkpoint is not None:
             self.on_checkpoint()
+
+    def measure(self, cell: Cell, server: Started, window: Callable[[int], Coroutine[Any, Any, LoadResult]]) -> None:
+        """``repetitions`` windows of ``cell`` on ``server`` (``window(rep)`` measures one), then its predictions."""
+        cell.router_params = server.router["params"] if server.router else None
+        cell.quality = quality_for(self.plan.base, cell.system, cell.router, cell.router_params)
+        for rep in range(self.plan.repetitions):
+            self.display.running(cell, rep)
+            load = eventloop.run(window(rep))
+            cell.loads.append(load)
+            cell.stats.append(
+                window_stats.step_stats(load.metrics_after, load.metrics_before, self._model_names(cell.system))
+            )
+            self.display.measured(cell)
+        self.cells.append(cell)
+        self._predict(cell)
+        self.display.cell_done(cell)
 
     def _learn(self, router: str) -> RouterState:
         b1 = [c for c in self.cells if c.router == router and c.system == "tokenrouter-b1"]
@@ -120,7 +132,7 @@ class BenchRunner:
         profiles (when ``profiles`` and all exist), else a line through the cells' (mean batch, mean step)
         points; a model that never stepped falls back to its profile."""
 
-        top = max(self.plan.concurrencies)
+        top = self.plan.table_size
         given = predict.emulated_tables(self.plan.base, names, top) if emulated else None
         if given is not None:
             return given, "emulated latencies (the config's)"
@@ -146,6 +158,9 @@ class BenchRunner:
         profiles' (lockstep and llm-only give every engine all cores) are predicted from profiles of that placement
         (``<tag>-allcores``, made by ``tokenrouter calibrate`` on ``configs/allcores-*.yaml``), else "-"."""
         n = cell.concurrency
+        if isinstance(cell, OpenCell):
+            open_cells.predict(self, cell)
+            return
         if cell.system in EXTERNAL:
             cell.latency_source = "none: vLLM's own server (its scheduler is not modelled)"
             return
