@@ -90,12 +90,17 @@ def system_config(
     :data:`ROUTER_PARAMS`."""
     cfg = {k: v for k, v in base.items()}
     models = list(base["models"])
+    cfg["mode"], cfg["handoff"] = "routed", "session"
+    if system == "llm-only":  # routes nothing: no router's parameters to look up (a pair may have none for it)
+        cfg["models"] = [dict(models[-1])]
+        cfg["router"] = {"program": "markov", "params": {"P": [[1.0]], "seed": 0}}
+        cfg["batching"] = _policy([1], None, None)
+        return cfg
     if router_params is None:  # the base config's own parameters when it routes with this program
         own = base.get("router") or {}
         router_params = own.get("params", {}) if own.get("program") == router else _pair_params(base, router)
     params = dict(router_params)
     cfg["router"] = {"program": router, "params": params}
-    cfg["mode"], cfg["handoff"] = "routed", "session"
     builders: dict[str, Callable[[], dict[str, Any]]] = {
         "tokenrouter": lambda: _policy([1] * len(models), _tables(_need(table, system), len(models)), 50.0),
         "tokenrouter-b1": lambda: _policy([1] * len(models), None, None),
@@ -104,12 +109,6 @@ def system_config(
         "lockstep": lambda: _policy([1] * len(models), None, None),
         "per-token": lambda: _policy([1] * len(models), None, None),
     }
-    if system == "llm-only":
-        large = dict(models[-1])
-        cfg["models"] = [large]
-        cfg["router"] = {"program": "markov", "params": {"P": [[1.0]], "seed": 0}}
-        cfg["batching"] = _policy([1], None, None)
-        return cfg
     cfg["batching"] = builders[system]()
     if system == "tokenrouter-readmit":
         cfg["handoff"] = "readmit"

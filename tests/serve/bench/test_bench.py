@@ -46,6 +46,14 @@ def test_every_system_is_a_valid_serve_config(system: str) -> None:
     assert cfg.mode == (system if system in ("lockstep", "per-token") else "routed")
 
 
+def test_llm_only_needs_no_operating_point_of_the_router_it_ignores() -> None:
+    import yaml
+
+    base = yaml.safe_load((ROOT / "configs/emulated-r2r-a100.yaml").read_text())  # a pair with no rstitch point
+    cfg = ServeConfig.model_validate(system_config(base, "llm-only", "rstitch"))
+    assert cfg.num_models == 1 and cfg.models[0].name == base["models"][-1]["name"]
+
+
 def test_router_parameters_come_from_the_base_config_when_it_routes_with_that_program() -> None:
     from trserve.bench.systems import ROUTER_PARAMS
 
