@@ -11,8 +11,9 @@ makes it (the placement's best closed-loop throughput over the mean output). Rea
 emulated engines at the profiles' step times (``trserve/bench/kv_grid.py``'s roomy ``cost`` cell), Poisson
 arrivals of the same lengths, each request routed by its own Markov-walked schedule; each probed rate gets a
 warm-up and a window judged by ``trserve/bench/slo.py``. After the measurements, the planner's ``_open_run`` at
-every rate the stack probed, and the planner's bisection again on the profiles' fits instead of its roofline (the
-part of the gap that is the latency model, not the stack).
+every rate the stack probed, the planner's bisection again on the profiles' fits instead of its roofline (the
+part of the gap that is the latency model, not the stack), and the planner calibrated as a user would run it
+after calibrating: the profiles in place of the roofline and the stack's costs from crossval's probe (``--stack``).
 """
 
 from __future__ import annotations
@@ -36,9 +37,11 @@ from trserve.bench.kv_grid import ROUTINGS, GridCell, serve_config
 from trserve.bench.open_loop import run_open_load
 from trserve.bench.requests import Lengths
 from trserve.bench.slo import Targets, Verdict, bisect_rate, judge
+from trserve.crossval.stack import load_stack
 from trserve.server.process import ServerProcess
 from trsim.placement import Placement, latency_models
 from trsim.plan import PlanConfig, _batch_caps, _best_point, _open_run, closed_loop, max_rate
+from trsim.plan_inputs import MeasuredProfile, plan_models
 from trsim.plan_memory import mean_lengths
 from trsim.profile import latency_from_profile, load_profile
 from trsim.workload import preset
@@ -67,6 +70,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="arrivals, lengths and the planner's runs")
     parser.add_argument("--guess-rps", type=float, default=None, help="the stack's first rate (default: planned)")
     parser.add_argument("--profiles", default="docs/bench-emulated/memory/profiles")
+    parser.add_argument("--stack", default="calibration/crossval/emulated-r2r-a100/stack.json",
+                        help="a crossval stack.json: the calibrated planner's stack costs")  # fmt: skip
     parser.add_argument("--out", default="docs/bench-emulated/slo/slo-capacity.json")
     parser.add_argument("--source-commit", default=None, help="the commit the snapshot was made from (recorded)")
     args = parser.parse_args(argv)
@@ -79,6 +84,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name in ("small", "large"):
         if not (Path(args.profiles) / f"{name}.json").is_file():
             parser.error(f"--profiles: no {name}.json in {args.profiles}")
+    if not Path(args.stack).is_file():
+        parser.error(f"--stack: {args.stack} is not a file")
     return args
 
 
@@ -152,10 +159,22 @@ def run_stack(args: argparse.Namespace, lengths: Lengths, targets: Targets, gues
             "probes": rows}  # fmt: skip
 
 
+def calibrated(cfg: PlanConfig, args: argparse.Namespace) -> PlanConfig:
+    """The planner as ``tokenrouter plan --profile small:1=... --profile large:2=... --stack FILE`` runs it: the
+    profiles' step latencies and the stack's measured costs (crossval's probe, another run of the same stack)."""
+    profiles = tuple(MeasuredProfile(name, tp, latency_from_profile(load_profile(Path(args.profiles) / f"{name}.json")),
+                                     str(Path(args.profiles) / f"{name}.json"))
+                     for name, tp in zip(SHAPES, PLACEMENT.tp, strict=True))  # fmt: skip
+    return replace(cfg, profiles=profiles, stack=load_stack(Path(args.stack), len(SHAPES)).sim_fields())
+
+
 def predictions(cfg: PlanConfig, args: argparse.Namespace, rates: list[float], guess: float) -> dict[str, Any]:
-    """The planner's ``_open_run`` at each rate on its roofline and on the profiles' fits, and its bisection on
-    the fits (same guess, raises and steps as ``max_rate``)."""
+    """The planner's ``_open_run`` at each rate on its roofline, on the profiles' fits and calibrated (profiles and
+    stack costs); its bisection on the fits (same guess, raises and steps as ``max_rate``) and ``max_rate``
+    calibrated."""
     roofline = latency_models(PLACEMENT, cfg.hardware, cfg.models, cfg.dtype)
+    tuned = calibrated(cfg, args)
+    tuned_models = plan_models(PLACEMENT, cfg.hardware, cfg.models, cfg.dtype, tuned.profiles)
     fits = [latency_from_profile(load_profile(Path(args.profiles) / f"{n}.json")) for n in ("small", "large")]
     caps = _batch_caps(cfg, PLACEMENT, roofline)
     on_fits = bisect_rate(lambda r: sim_verdict(_open_run(cfg, fits, caps, r)), guess, cfg.bisection_steps)  # type: ignore[arg-type]
@@ -166,6 +185,8 @@ def predictions(cfg: PlanConfig, args: argparse.Namespace, rates: list[float], g
         "planner_at_rates": [_open_run(cfg, roofline, caps, r) for r in rates],
         "profile_fits_at_rates": [_open_run(cfg, fits, caps, r) for r in rates],  # type: ignore[arg-type]
         "planner_on_profile_fits": on_fits.to_dict(),
+        "calibrated_at_rates": [_open_run(tuned, tuned_models, caps, r) for r in rates],
+        "planner_calibrated": {"stack": tuned.stack, **max_rate(tuned, PLACEMENT, guess)},
     }  # fmt: skip
 
 
@@ -178,19 +199,25 @@ def markdown(doc: dict[str, Any]) -> str:
              f"| planner (`max_rate`, roofline) | {plan['max_rate_rps']:.3f} | {_pair(plan['rate_bracket_rps'])} |",
              f"| planner on the profiles' fits | {h['planner_on_profile_fits_rps']:.3f} | "
              f"{_pair(doc['predicted']['planner_on_profile_fits']['bracket_rps'])} |",
+             f"| planner calibrated (`--profile`, `--stack`) | {h['planner_calibrated_rps']:.3f} | "
+             f"{_pair(doc['predicted']['planner_calibrated']['rate_bracket_rps'])} |",
              f"| real stack (emulated engines) | {real['max_rate_rps']:.3f} | {_pair(real['rate_bracket_rps'])} |",
-             "", f"planned / measured: {_num(h['ratio'])}; target (within {TOLERANCE:.0%}): "
-             f"**{'met' if h['target_met'] else 'missed'}**", "",
+             "", f"planned / measured: roofline {_num(h['ratio'])} (target within {TOLERANCE:.0%}: "
+             f"**{'met' if h['target_met'] else 'missed'}**); calibrated {_num(h['calibrated_ratio'])} "
+             f"(**{'met' if h['calibrated_target_met'] else 'missed'}**)", "",
              "| rate req/s | measured TPOT / TTFT p99 ms | backlog (limit) | finished | met | planner TPOT / TTFT "
-             "p99 ms | met | profile fits TPOT / TTFT p99 ms | met |",
-             "|---:|---|---|---:|---|---|---|---|---|"]  # fmt: skip
+             "p99 ms | met | profile fits TPOT / TTFT p99 ms | met | calibrated TPOT / TTFT p99 ms | met |",
+             "|---:|---|---|---:|---|---|---|---|---|---|---|"]  # fmt: skip
     pred = doc["predicted"]
-    for row, p, f in zip(real["probes"], pred["planner_at_rates"], pred["profile_fits_at_rates"], strict=True):
+    rows = zip(real["probes"], pred["planner_at_rates"], pred["profile_fits_at_rates"], pred["calibrated_at_rates"],
+               strict=True)  # fmt: skip
+    for row, p, f, c in rows:
         lines.append(f"| {row['rate_rps']:.3f} | {_num(row['tpot_p99_ms'])} / {_num(row['ttft_p99_ms'])} | "
                      f"{row['backlog']} ({_num(row['backlog_limit'])}) | {row['num_finished']} | "
                      f"{_yes(row['meets'])} | {_num(p['tpot_p99_ms'])} / {_num(p['ttft_p99_ms'])} | "
                      f"{_yes(p['meets_slo'])} | {_num(f['tpot_p99_ms'])} / {_num(f['ttft_p99_ms'])} | "
-                     f"{_yes(f['meets_slo'])} |")  # fmt: skip
+                     f"{_yes(f['meets_slo'])} | {_num(c['tpot_p99_ms'])} / {_num(c['ttft_p99_ms'])} | "
+                     f"{_yes(c['meets_slo'])} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -236,10 +263,14 @@ def main(argv: list[str] | None = None) -> int:
 def headline(doc: dict[str, Any]) -> dict[str, Any]:
     """Planned against measured capacity, their ratio and the target (within :data:`TOLERANCE`)."""
     planned, measured = doc["planner"]["max_rate_rps"], doc["stack"]["max_rate_rps"]
+    tuned = doc["predicted"]["planner_calibrated"]["max_rate_rps"]
     ratio = planned / measured if measured > 0 else None
+    tuned_ratio = tuned / measured if measured > 0 else None
     return {"planned_rps": planned, "measured_rps": measured, "ratio": ratio,
             "target_met": ratio is not None and abs(ratio - 1) <= TOLERANCE,
-            "planner_on_profile_fits_rps": doc["predicted"]["planner_on_profile_fits"]["max_rate_rps"]}  # fmt: skip
+            "planner_on_profile_fits_rps": doc["predicted"]["planner_on_profile_fits"]["max_rate_rps"],
+            "planner_calibrated_rps": tuned, "calibrated_ratio": tuned_ratio,
+            "calibrated_target_met": tuned_ratio is not None and abs(tuned_ratio - 1) <= TOLERANCE}  # fmt: skip
 
 
 def checks(cfg: PlanConfig, guess: float) -> dict[str, Any]:
@@ -257,7 +288,7 @@ def _pick(row: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
 
 def inputs(args: argparse.Namespace, cfg: PlanConfig, lengths: Lengths) -> dict[str, Any]:
     """Every input and where it came from."""
-    plan = {k: v for k, v in asdict(cfg).items() if k != "workload"}
+    plan = {k: v for k, v in asdict(cfg).items() if k not in ("workload", "profiles", "stack")}
     return {
         "profiles": {"path": args.profiles, "from": "benchmarks/roofline_profile.py (roofline anchored to the paper's "
                      "one-request steps), the emulated engines' step times and the profile-fit diagnosis"},
@@ -265,6 +296,8 @@ def inputs(args: argparse.Namespace, cfg: PlanConfig, lengths: Lengths) -> dict[
         "routing": {**ROUTING, "from": "R2R's statistics (trserve/bench/kv_grid.py ROUTINGS['r2r']), walked per "
                     "request for the schedule router; the planner's markov router on the same P and C"},
         "plan_config": {**plan, "workload": f"short-reasoning x {args.scale}", "from": "the planner (trsim.plan)"},
+        "calibrated_stack": {"path": args.stack, "from": "crossval's stack probe on emulated engines "
+                             "(calibration/crossval/emulated-r2r-a100): another run, not one of these windows"},
         "stack": {"warmup_s": args.warmup_s, "window_s": args.window_s, "seed": args.seed, "steps": args.steps,
                   "raises": 2, "settle_s": 2.0, "from": "this run"},
     }  # fmt: skip

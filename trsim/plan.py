@@ -11,8 +11,8 @@ pipelines each carry N/r requests (closed) or 1/r of the arrivals (open).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from trcore import ConfigError, policies_for
@@ -22,8 +22,9 @@ from trsim.driver import simulate
 from trsim.hardware import load_hardware
 from trsim.lengths import constant
 from trsim.parallel import JobRunner, LocalRunner, run_jobs
-from trsim.placement import Placement, kv_capacities, kv_capacity_tokens, latency_models, placements
+from trsim.placement import Placement, kv_capacities, kv_capacity_tokens, placements
 from trsim.plan_alone import Search, beside_routed
+from trsim.plan_inputs import MeasuredProfile, plan_models, with_stack
 from trsim.plan_memory import batch_cap, confirm_memory_bound, fits_closed_loop, mean_lengths, memory_bound
 from trsim.roofline import RooflineModel
 from trsim.workload import ENDLESS, WorkloadConfig, preset
@@ -78,6 +79,10 @@ class PlanConfig:
     #: Plan the large model alone on the same GPUs beside the pair, and where routing stops paying
     #: (:mod:`trsim.plan_alone`).
     compare_alone: bool = True
+    #: Measured step latencies replacing the roofline's where they match (:mod:`trsim.plan_inputs`).
+    profiles: tuple[MeasuredProfile, ...] = ()
+    #: The serving stack's costs added to the planner's simulator runs (``plan_inputs.STACK_FIELDS``).
+    stack: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if len(self.P) != len(self.models) or any(len(t) != len(self.models) for t in self.thresholds):
@@ -92,7 +97,7 @@ def feasible(cfg: PlanConfig) -> list[Placement]:
     out = []
     for p in placements(cfg.num_gpus, len(cfg.models), cfg.colocation):
         try:
-            models = latency_models(p, cfg.hardware, cfg.models, cfg.dtype)
+            models = plan_models(p, cfg.hardware, cfg.models, cfg.dtype, cfg.profiles)
         except ConfigError:
             continue
         if kv_capacity_tokens(p, models) >= cfg.context_tokens:
@@ -102,7 +107,7 @@ def feasible(cfg: PlanConfig) -> list[Placement]:
 
 def closed_loop(cfg: PlanConfig, placement: Placement) -> dict[str, Any]:
     """Throughput of every concurrency and threshold candidate that fits the placement's KV cache."""
-    models = latency_models(placement, cfg.hardware, cfg.models, cfg.dtype)
+    models = plan_models(placement, cfg.hardware, cfg.models, cfg.dtype, cfg.profiles)
     capacity, caps = kv_capacity_tokens(placement, models), kv_capacities(placement, models)
     points = []
     for total in cfg.concurrencies:
@@ -129,7 +134,7 @@ def _pipeline_throughput(cfg: PlanConfig, models: list[RooflineModel], n: int, b
 
 def _simulated_tok_s(cfg: PlanConfig, models: list[RooflineModel], n: int, b: Iterable[int]) -> float:
     endless = WorkloadConfig(prompt_tokens=constant(cfg.context_tokens), output_tokens=constant(ENDLESS))
-    config = markov_config(cfg.P, cfg.C, models, list(b), n, endless, seed=cfg.seed)
+    config = with_stack(markov_config(cfg.P, cfg.C, models, list(b), n, endless, seed=cfg.seed), cfg.stack)
     warmup = max(cfg.sim_tokens // 4, 2 * n)  # past the synchronized start (all prompts prefilled together)
     return simulate(config, tokens=cfg.sim_tokens + warmup, warmup_tokens=warmup).throughput_tok_s
 
@@ -138,7 +143,7 @@ def confirm(cfg: PlanConfig, row: dict[str, Any]) -> float:
     """The simulator's throughput of a placement's best closed-loop point (whole system), from another seed and
     twice the tokens of the search's own simulator runs."""
     p: Placement = row["placement"]
-    models = latency_models(p, cfg.hardware, cfg.models, cfg.dtype)
+    models = plan_models(p, cfg.hardware, cfg.models, cfg.dtype, cfg.profiles)
     longer = replace(cfg, seed=cfg.seed + 1, sim_tokens=2 * cfg.sim_tokens)
     return _simulated_tok_s(longer, models, row["concurrency"] // p.replicas, row["thresholds"]) * p.replicas
 
@@ -146,7 +151,7 @@ def confirm(cfg: PlanConfig, row: dict[str, Any]) -> float:
 def max_rate(cfg: PlanConfig, placement: Placement, guess_rps: float) -> dict[str, Any]:
     """Highest Poisson rate (requests/s, whole system) meeting the SLO, by bisection on one pipeline, starting
     from ``guess_rps`` (closed-loop throughput over the mean output length)."""
-    models = latency_models(placement, cfg.hardware, cfg.models, cfg.dtype)
+    models = plan_models(placement, cfg.hardware, cfg.models, cfg.dtype, cfg.profiles)
     caps = _batch_caps(cfg, placement, models)
     lo, hi, best = 0.0, max(guess_rps / placement.replicas, 1e-3), None
     for _ in range(3):  # bracket: raise the guess by half while it still meets the SLO
@@ -170,7 +175,7 @@ def _batch_caps(cfg: PlanConfig, placement: Placement, models: list[RooflineMode
 def _open_run(cfg: PlanConfig, models: list[RooflineModel], caps: tuple[int, ...], rate: float) -> dict[str, Any]:
     workload = replace(_workload(cfg), arrival="poisson", rate_per_s=rate, num_sessions=None)
     config = markov_config(cfg.P, cfg.C, models, [1] * len(models), 1, workload, seed=cfg.seed)
-    config = replace(config, policies=policies_for([1] * len(models), max_batch=list(caps)))
+    config = with_stack(replace(config, policies=policies_for([1] * len(models), max_batch=list(caps))), cfg.stack)
     result = simulate(config, time_s=cfg.open_run_s)
     tpot, ttft, wait = result.tpot_p99_s, result.ttft_p99_s, result.latency_p90_s
     # Little's law: a stable system holds about rate x latency requests; a growing backlog means overload
@@ -274,7 +279,9 @@ def _report(cfg: PlanConfig, ranked: list[dict[str, Any]], per_gpu: list[dict[st
         "throughput_per_gpu": per_gpu[0]["placement"].label,
         "max_rate": max(with_rate, key=lambda o: o["max_rate_rps"])["label"] if with_rate else None,
     }
-    config = asdict(cfg)
+    config = asdict(replace(cfg, profiles=()))
+    config["profiles"] = [{"model": p.model, "tp": p.tp, "source": p.source} for p in cfg.profiles]
+    config["stack"] = {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.stack.items()}
     if not isinstance(cfg.workload, str):
         config["workload"] = "custom"
     return {"config": config, "assumptions": list(ASSUMPTIONS), "placements": out, "best": best}

@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from trsim.parallel import JobRunner
-from trsim.placement import Placement, latency_models
+from trsim.placement import Placement
+from trsim.plan_inputs import last_model_stack, plan_models
 from trsim.plan_share import break_even, large_share, with_large_share
 
 #: A ``trsim.plan.PlanConfig`` (not imported: that module imports this one).
@@ -48,7 +49,8 @@ class Search:
 def alone_config(cfg: PlanConfig) -> PlanConfig:
     """The plan of the last (largest) model alone: one model, every token on it, no thresholds to search."""
     name, shape = list(cfg.models.items())[-1]
-    return replace(cfg, models={name: shape}, P=((1.0,),), C=((1.0,),), thresholds=((1,),), colocation=False)
+    return replace(cfg, models={name: shape}, P=((1.0,),), C=((1.0,),), thresholds=((1,),), colocation=False,
+                   stack=last_model_stack(cfg.stack))  # fmt: skip
 
 
 def search_alone(cfg: PlanConfig, search: Search, runner: JobRunner, stage: Stage) -> list[Row]:
@@ -74,7 +76,7 @@ def routed_at_share(cfg: PlanConfig, n: int, candidates: Candidates, share: floa
     at = replace(cfg, P=with_large_share(cfg.P, cfg.C, share))
     best = 0.0
     for p, b in candidates:
-        models = latency_models(p, cfg.hardware, cfg.models, cfg.dtype)
+        models = plan_models(p, cfg.hardware, cfg.models, cfg.dtype, cfg.profiles)
         try:
             best = max(best, throughput(at, models, n // p.replicas, b)[0] * p.replicas)
         except RuntimeError:  # near share 0 or 1 the chain can be singular (a model all but unreachable): skip it

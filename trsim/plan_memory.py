@@ -24,7 +24,8 @@ from trcore.throughput import KVDemand, MemoryVerdict, memory_check
 from trsim.build import markov_config
 from trsim.driver import simulate
 from trsim.kv import DEFAULT_BLOCK_SIZE, KVSimConfig
-from trsim.placement import Placement, kv_capacities, latency_models
+from trsim.placement import Placement, kv_capacities
+from trsim.plan_inputs import plan_models, with_stack
 from trsim.roofline import RooflineModel
 from trsim.workload import WorkloadConfig, preset
 
@@ -120,12 +121,13 @@ def confirm_memory_bound(cfg: PlanConfig, row: dict[str, Any]) -> dict[str, floa
     :data:`CONFIRM_POLICIES`: one pipeline's share of the requests, closed loop with the preset's lengths, exactly
     the pipeline's KV capacity per model (blocks of 16); two request lifetimes after a warm-up of half of one."""
     p: Placement = row["placement"]
-    models = latency_models(p, cfg.hardware, cfg.models, cfg.dtype)
+    models = plan_models(p, cfg.hardware, cfg.models, cfg.dtype, cfg.profiles)
     base = preset(cfg.workload) if isinstance(cfg.workload, str) else cfg.workload
     n, output = row["memory_bound"]["concurrency"] // p.replicas, mean_lengths(base, cfg.seed)[1]
     lifetime = max(int(n * output), cfg.sim_tokens)
     workload = replace(base, num_sessions=None, staggered_start=True)  # a steady mix, not one synchronized wave
-    config = markov_config(cfg.P, cfg.C, models, [1] * len(models), n, workload, seed=cfg.seed + 1)
+    config = with_stack(markov_config(cfg.P, cfg.C, models, [1] * len(models), n, workload, seed=cfg.seed + 1),
+                        cfg.stack)  # fmt: skip
     budgets = tuple(KVBudget.from_tokens(c, DEFAULT_BLOCK_SIZE) for c in kv_capacities(p, models))
     out = {}
     for spill in CONFIRM_POLICIES:

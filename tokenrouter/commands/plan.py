@@ -83,6 +83,10 @@ def plan(
         True, "--large-alone/--no-large-alone", help="Also plan the large model alone; where routing stops paying."
     ),
     workers: int = typer.Option(None, "--workers", "-j", help="Worker processes [CPU count]."),
+    profile: list[str] = typer.Option(
+        [], "--profile", help="NAME:TP=PROFILE.json: a measured profile replaces the roofline's step latency (repeat)."
+    ),
+    stack: Path | None = typer.Option(None, "--stack", help="A crossval stack.json: the stack's costs in every run."),
     out: Path = typer.Option(None, "--out", help="Folder for plan.json and plan.png."),
     as_json: bool = JSON_OPTION,
     ray_address: str = RAY_ADDRESS_OPTION,
@@ -112,6 +116,7 @@ def plan(
         memory_confirm_top=memory_confirm_top,
         compare_alone=large_alone,
     )
+    cfg = _with_measured(cfg, profile, stack)
     if not 0 <= min_gain < 1:
         raise ConfigError("--min-gain", f"must be in [0, 1), got {min_gain}")
     if memory_confirm_top < 0:
@@ -127,6 +132,36 @@ def plan(
         typer.echo(json.dumps(result))
     else:
         _print_table(result)
+
+
+def _with_measured(cfg: Any, profiles: list[str], stack: Path | None) -> Any:
+    """``cfg`` with the measured profiles (``NAME:TP=PATH``) and stack costs (a crossval ``stack.json``)."""
+    from dataclasses import replace
+
+    from trserve.crossval.stack import load_stack
+    from trsim.plan_inputs import check_profiles
+
+    measured = tuple(_measured_profile(text) for text in profiles)
+    check_profiles(measured, cfg.models)
+    costs = load_stack(stack, len(cfg.models)).sim_fields() if stack is not None else {}
+    return replace(cfg, profiles=measured, stack=costs)
+
+
+def _measured_profile(text: str) -> Any:
+    from trsim.plan_inputs import MeasuredProfile
+    from trsim.profile import latency_from_profile, load_profile
+
+    name, _, rest = text.partition(":")
+    tp, _, path = rest.partition("=")
+    if not name or not tp.isdigit() or not path:
+        raise ConfigError("--profile", f"expected NAME:TP=PROFILE.json, got {text!r}")
+    if not Path(path).is_file():
+        raise ConfigError("--profile", f"{path} is not a file")
+    try:
+        latency = latency_from_profile(load_profile(path))
+    except (ValueError, OSError) as exc:
+        raise ConfigError("--profile", f"{path}: not a latency profile ({str(exc).splitlines()[0]})") from None
+    return MeasuredProfile(name, int(tp), latency, path)
 
 
 def _pair_models(name: str) -> str:
