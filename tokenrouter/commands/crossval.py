@@ -18,9 +18,19 @@ ROUTER_NAMES = ("markov", "r2r", "rstitch")
 @cli_errors
 def crossval(
     config: Path | None = typer.Option(None, "--config", "-c", help="Serve config (YAML); default: the local pair."),
-    concurrency: str = typer.Option("1,2,4,8", "--concurrency", "-n", help="Closed-loop concurrencies N."),
+    concurrency: str | None = typer.Option(
+        None, "--concurrency", "-n", help="Closed-loop concurrencies N [1,2,4,8 unless --rate]."
+    ),
+    rate: str | None = typer.Option(
+        None, "--rate", help="Open loop instead: Poisson arrival rates (requests/s), e.g. 5,10,20; cells per rate."
+    ),
+    arrival_seed: int | None = typer.Option(
+        None, "--arrival-seed", help="Seed of --rate's arrivals; repeat k draws seed + k [0]."
+    ),
     thresholds: str = typer.Option(
-        "all", "--thresholds", help="'all' (every feasible vector; a grid above --full-grid-max-n) or '1,1;2,1'."
+        "all",
+        "--thresholds",
+        help="'all' (every feasible vector; a grid above --full-grid-max-n; with --rate: 1,1) or '1,1;2,1'.",
     ),
     full_grid_max_n: int = typer.Option(4, "--full-grid-max-n", help="Largest N run with every feasible vector."),
     routers: str = typer.Option("markov,rstitch", "--routers", help=f"Routers, from {', '.join(ROUTER_NAMES)}."),
@@ -70,6 +80,7 @@ def crossval(
 
     if length_scale is not None and lengths is None:  # before anything loads: it would scale nothing
         raise ConfigError("--length-scale", "scales --lengths; give --lengths too")
+    concurrencies, rates = _loads(concurrency, rate, arrival_seed, opt)
     cfg = _load(config, None, None)
     choices = [
         _router(name.strip(), opt, markov_p, markov_c, (tau, tau_back), seed)
@@ -94,10 +105,12 @@ def crossval(
         raise ConfigError("--drift", f"unknown mode {drift!r}; valid: {', '.join(DRIFT_MODES)}")
     plan = make_plan(
         cfg.num_models,
-        opt.parse_ints(concurrency, "--concurrency"),
+        concurrencies,
         [RouterChoice(*c) for c in choices],
         opt.parse_threshold_grid(thresholds, cfg.num_models),
         full_grid_max_n,
+        rates,
+        arrival_seed or 0,
         max_tokens=max_tokens,
         warmup_s=warmup_s,
         measure_s=measure_s,
@@ -128,6 +141,22 @@ def crossval(
         typer.echo("wrote " + ", ".join(str(p) for p in written))
 
 
+def _loads(
+    concurrency: str | None, rate: str | None, arrival_seed: int | None, opt: Any
+) -> tuple[list[int], tuple[float, ...]]:
+    """The closed-loop concurrencies and the open-loop rates the options ask for (one kind, not both)."""
+    from trcore.errors import ConfigError
+    from trserve.bench.open_load import parse_rates
+
+    if concurrency is not None and rate is not None:
+        raise ConfigError("--rate", "sets the open loop; --concurrency the closed loop: give one of them")
+    if arrival_seed is not None and rate is None:
+        raise ConfigError("--arrival-seed", "seeds the Poisson arrivals of --rate; give --rate too")
+    if rate is not None:
+        return [], parse_rates(rate)
+    return opt.parse_ints(concurrency or "1,2,4,8", "--concurrency"), ()
+
+
 def _progress(message: str) -> None:
     typer.echo(message, err=True)
 
@@ -140,10 +169,14 @@ def _echo_summary(workload: str, doc: dict[str, Any]) -> None:
     typer.echo(f"  simulator's stack costs: {stack_line(doc['stack'])}")
     for name, s in doc["summary"].items():
         lat = s["latency"]
+        model = "model n/a (open loop)"
+        if s["model_median_rel_error"] is not None:
+            model = f"model median {s['model_median_rel_error']:.1%} max {s['model_max_rel_error']:.1%} best ok "
+            model += str(s["model_best_matches"])
+        best = "" if s["sim_best_matches"] is None else f" best ok {s['sim_best_matches']}"
         typer.echo(
-            f"  {name}: model median {s['model_median_rel_error']:.1%} max {s['model_max_rel_error']:.1%} "
-            f"best ok {s['model_best_matches']}; sim median {s['sim_median_rel_error']:.1%} "
-            f"max {s['sim_max_rel_error']:.1%} best ok {s['sim_best_matches']}; sim tpot_p50 median "
+            f"  {name}: {model}; sim median {_pct(s['sim_median_rel_error'])} "
+            f"max {_pct(s['sim_max_rel_error'])}{best}; sim tpot_p50 median "
             f"{_pct(lat['tpot_p50']['sim_median_rel_error'])}, e2e_p99 max {_pct(lat['e2e_p99']['sim_max_rel_error'])}"
         )
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from trcore.routing_stats import RoutingStats
 from trcore.traces import RequestTrace
+from trserve.crossval.plan import Rate, cell_load
 from trserve.crossval.predict import Calibration, model_predictions, sim_prediction
 from trserve.crossval.report import rel_error
 from trsim.latency import ScaledModel
@@ -42,26 +43,31 @@ def add_rescaled_predictions(
     max_batch: int,
     sim_s: float,
 ) -> dict[str, Any]:
-    """Fill ``slowdown``, ``model_rescaled_tok_s`` / ``sim_rescaled_tok_s`` and their errors on every cell; returns
-    per router the median and max of those errors and the median slowdown per model."""
+    """Fill ``slowdown``, ``model_rescaled_tok_s`` / ``sim_rescaled_tok_s`` and their errors on every cell (the
+    model's None at a rate: it is closed-loop only); returns per router the median and max of those errors (over
+    the cells that have them) and the median slowdown per model."""
     for cell in cells:
-        router, n, b = cell["router"], cell["concurrency"], tuple(cell["thresholds"])
+        router, load, b = cell["router"], cell_load(cell), tuple(cell["thresholds"])
         factors = slowdowns(cell)
         cal = rescaled(calibration, factors)
         context, extend = contexts[router]
         cell["slowdown"] = factors
-        cell["model_rescaled_tok_s"] = model_predictions(stats[router], cal, n, [b], context, max_batch, extend)[b]
-        cell["sim_rescaled_tok_s"] = sim_prediction(traces[router], cal, n, b, max_batch, sim_s)
+        model = None
+        if not isinstance(load, Rate):
+            model = model_predictions(stats[router], cal, load, [b], context, max_batch, extend)[b]
+        cell["model_rescaled_tok_s"] = model
+        cell["sim_rescaled_tok_s"] = sim_prediction(traces[router], cal, load, b, max_batch, sim_s)
         for p in ("model", "sim"):
-            cell[f"{p}_rescaled_rel_error"] = rel_error(cell[f"{p}_rescaled_tok_s"], cell["measured_tok_s"])
+            value = cell[f"{p}_rescaled_tok_s"]
+            cell[f"{p}_rescaled_rel_error"] = None if value is None else rel_error(value, cell["measured_tok_s"])
     out: dict[str, Any] = {}
     for router in dict.fromkeys(c["router"] for c in cells):
         mine = [c for c in cells if c["router"] == router]
         entry: dict[str, Any] = {}
         for p in ("model", "sim"):
-            errors = [c[f"{p}_rescaled_rel_error"] for c in mine]
-            entry[f"{p}_rescaled_median_rel_error"] = statistics.median(errors)
-            entry[f"{p}_rescaled_max_rel_error"] = max(errors)
+            errors = [c[f"{p}_rescaled_rel_error"] for c in mine if c[f"{p}_rescaled_rel_error"] is not None]
+            entry[f"{p}_rescaled_median_rel_error"] = statistics.median(errors) if errors else None
+            entry[f"{p}_rescaled_max_rel_error"] = max(errors) if errors else None
         num_models = len(mine[0]["slowdown"])
         entry["median_slowdown"] = [statistics.median(c["slowdown"][m] for c in mine) for m in range(num_models)]
         entry["median_busy_fraction"] = [

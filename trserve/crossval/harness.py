@@ -1,10 +1,11 @@
 """The real side of cross-validation: the local server's processes (launcher, front end, subserver loops, engines)
-without HTTP, reconfigured between cells, driven by a closed-loop client in this process.
+without HTTP, reconfigured between cells, driven by a client in this process (``trserve.crossval.client``).
 
-A cell = (router, concurrency N, thresholds B). The client keeps N requests in flight (a finished request is
-replaced at once by the next prompt), counts committed output tokens as they arrive, and after the measured
-window aborts what is still running. Routing events recorded on every model come back with the next
-reconfiguration and become per-request traces.
+A cell = (router, load, thresholds B); the load is closed loop (N requests kept in flight, a finished request
+replaced at once by the next prompt) or open loop (requests sent at Poisson arrival times,
+``trserve.crossval.open_client``). The client counts committed output tokens as they arrive, and after the
+measured window the harness aborts what is still running. Routing events recorded on every model come back with
+the next reconfiguration and become per-request traces.
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from trcore import BatchingPolicy, RequestSpec, RouteEvent
+from trcore import BatchingPolicy, RouteEvent
 from trcore.errors import ConfigError
 from trcore.traces import RequestTrace, traces_from_events
+from trserve.bench.arrivals import Arrivals
 from trserve.config import RestartConfig, ServeConfig
+from trserve.crossval.client import Client, ClientWorkload, ClosedClient
 from trserve.crossval.messages import ProgramChoice, Reconfigure, TraceDump
+from trserve.crossval.open_client import OpenClient
 from trserve.frontend.book import FrontEnd
 from trserve.runtime.messages import StepReport
 from trserve.server.launch import Launcher
@@ -96,30 +100,6 @@ class CrossvalFrontEnd(FrontEnd):
         return await asyncio.wait_for(fut, timeout_s)
 
 
-@dataclass(frozen=True)
-class ClientWorkload:
-    """The closed-loop workload: prompts (token ids, cycled), output length, sampling, window lengths.
-    ``output_lengths`` (cycled with the prompts' counter) replaces the fixed ``max_tokens`` when given."""
-
-    prompts: tuple[tuple[int, ...], ...]
-    max_tokens: int
-    warmup_s: float
-    measure_s: float
-    sampling: dict[str, Any] = field(default_factory=dict)
-    output_lengths: tuple[int, ...] = ()
-    name: str = "fixed"
-
-    def output_length(self, k: int) -> int:
-        """Output tokens of the workload's ``k``-th request."""
-        return self.output_lengths[k % len(self.output_lengths)] if self.output_lengths else self.max_tokens
-
-    @property
-    def mean_output(self) -> float:
-        """Mean output tokens per request."""
-        lengths = self.output_lengths or (self.max_tokens,)
-        return sum(lengths) / len(lengths)
-
-
 @dataclass
 class CellRun:
     """What one real cell measured: tokens in the window, its length, traces of finished full-length requests,
@@ -143,6 +123,8 @@ class CellRun:
     turnarounds: list[float] = field(default_factory=list)
     #: Per finished full-length request, where its latency went (``trsim.breakdown``).
     breakdowns: list[Breakdown] = field(default_factory=list)
+    #: Open loop: arrivals in the measured window per second (None: closed loop).
+    offered_rps: float | None = None
 
 
 @asynccontextmanager
@@ -174,20 +156,22 @@ async def run_cell(
     frontend: CrossvalFrontEnd,
     programs: ProgramFactory,
     policies: Sequence[BatchingPolicy],
-    concurrency: int,
+    load: int | Arrivals,
     workload: ClientWorkload,
     tag: str,
 ) -> CellRun:
-    """Run one cell on a server that holds no request; leaves it holding none."""
+    """Run one cell on a server that holds no request, closed loop (``load``: N sessions) or open loop (``load``:
+    the arrival times); leaves it holding none."""
     num_models = len(policies)
     for m in range(num_models):
         await frontend.reconfigure(m, policy=policies[m], program=programs(m), record_trace=True)
     frontend.step_log.clear()
-    client = _Client(frontend, workload, tag)
+    if isinstance(load, Arrivals):
+        client: Client = OpenClient(frontend, workload, tag, load)
+    else:
+        client = ClosedClient(frontend, workload, tag, load)
     start = time.monotonic()
-    # Session i's first request is (i + 1)/N of its full length, so requests are spread over their lifetime from
-    # the start (as in the steady state) instead of all being prefilled and finishing together.
-    tasks = [asyncio.create_task(client.session((i + 1) / concurrency)) for i in range(concurrency)]
+    tasks = client.start(start)
     try:
         await asyncio.sleep(workload.warmup_s + workload.measure_s)
     finally:
@@ -220,10 +204,11 @@ async def run_cell(
         latencies=[client.timings[rid] for rid in sorted(full) if rid in client.timings],
         turnarounds=turnarounds(events, client),
         breakdowns=[breakdown(t, num_models) for t in timelines_from(events, times)],
+        offered_rps=load.rate_rps(*(t - start for t in window)) if isinstance(load, Arrivals) else None,
     )
 
 
-def turnarounds(events: Sequence[RouteEvent], client: _Client) -> list[float]:
+def turnarounds(events: Sequence[RouteEvent], client: Client) -> list[float]:
     """For every finished request its session followed with another: from its last step's end to that one's
     submission."""
     ended: dict[str, float] = {}
@@ -231,60 +216,3 @@ def turnarounds(events: Sequence[RouteEvent], client: _Client) -> list[float]:
         ended[event.request_id] = max(event.time, ended.get(event.request_id, event.time))
     pairs = [(ended.get(done), client.specs[nxt].arrival_time) for done, nxt in client.successor.items()]
     return [submitted - end for end, submitted in pairs if end is not None]
-
-
-class _Client:
-    """N closed-loop sessions sharing one prompt cycle; records token arrival times, finished requests and
-    their (submitted, first token, done, tokens) times."""
-
-    def __init__(self, frontend: FrontEnd, workload: ClientWorkload, tag: str) -> None:
-        self.frontend = frontend
-        self.workload = workload
-        self.tag = tag
-        self.counter = itertools.count()
-        self.arrivals: list[tuple[float, int]] = []
-        self.finished: set[str] = set()
-        self.full_length: set[str] = set()
-        self.specs: dict[str, RequestSpec] = {}
-        self.timings: dict[str, tuple[float, float, float, int]] = {}
-        self.intended: dict[str, int] = {}
-        self.successor: dict[str, str] = {}  # a finished request -> its session's next
-        self.error: str | None = None
-
-    async def session(self, first_fraction: float) -> None:
-        """Submit requests one after the other; the first is ``first_fraction`` of its drawn length."""
-        wl = self.workload
-        fraction = first_fraction
-        previous = None
-        while True:
-            k = next(self.counter)
-            prompt = wl.prompts[k % len(wl.prompts)]
-            rid = f"{self.tag}-{k}"
-            if previous is not None:
-                self.successor[previous] = rid
-            previous = rid
-            full = wl.output_length(k)
-            max_tokens = max(1, round(full * fraction)) if fraction < 1 else full
-            fraction = 1.0
-            submitted = time.monotonic()
-            spec = RequestSpec(rid, len(prompt), max_tokens, frozenset(), submitted, dict(wl.sampling))
-            self.specs[rid] = spec
-            self.intended[rid] = full
-            if max_tokens == full:
-                self.full_length.add(rid)
-            gen = self.frontend.submit(spec, list(prompt), {})
-            first, count = 0.0, 0
-            while True:
-                kind, value = await gen.events.get()
-                if kind == "tokens":
-                    now = time.monotonic()
-                    self.arrivals.append((now, len(value)))
-                    first = first or now
-                    count += len(value)
-                elif kind == "done":
-                    self.finished.add(rid)
-                    self.timings[rid] = (submitted, first or time.monotonic(), time.monotonic(), count)
-                    break
-                else:
-                    self.error = str(value)
-                    return

@@ -9,6 +9,7 @@ from typing import Any
 
 from trserve.crossval.breakdown_report import breakdown_lines
 from trserve.crossval.fidelity import LATENCY_METRICS
+from trserve.crossval.plan import Load, Rate, cell_load
 
 #: A predictor's best threshold vector "matches" when its measured throughput is within this of the best.
 BEST_TOLERANCE = 0.02
@@ -43,22 +44,36 @@ def best_choice(cells: Sequence[Mapping[str, Any]], predictor: str) -> dict[str,
     }
 
 
+def load_label(cell: Mapping[str, Any]) -> str:
+    """A cell's load as the tables show it: N, or the rate in requests/s with the rate its scored windows' arrivals
+    offered (a Poisson draw: it differs from the rate by about 1 / sqrt(rate x window))."""
+    offered = f" ({cell['offered_rps']:.1f} offered)" if cell.get("offered_rps") is not None else ""
+    return str(cell_load(cell)) + offered
+
+
+def _load_order(load: Load) -> tuple[int, float]:
+    return (1, load.rps) if isinstance(load, Rate) else (0, float(load))
+
+
 def summarize(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Per router: median and max relative error of each predictor, and whether each predictor's best vector
-    is within 2% of the measured best at every concurrency (``best_by_n`` has the details)."""
+    """Per router: median and max relative error of each predictor over the cells it predicts (the throughput
+    model is closed-loop only: None where no cell has it), and whether each predictor's best vector is within 2%
+    of the measured best at every N (``best_by_n`` has the details; None at a rate: below saturation every vector
+    carries the offered load, so throughput does not rank them)."""
     summary: dict[str, Any] = {}
     for router in dict.fromkeys(c["router"] for c in cells):
         mine = [c for c in cells if c["router"] == router]
         entry: dict[str, Any] = {"num_cells": len(mine)}
         by_n: dict[str, Any] = {}
-        for n in sorted({c["concurrency"] for c in mine}):
-            group = [c for c in mine if c["concurrency"] == n]
-            by_n[str(n)] = {p: best_choice(group, p) for p in PREDICTORS}
+        for load in sorted({cell_load(c) for c in mine}, key=_load_order):
+            group = [c for c in mine if cell_load(c) == load]
+            by_n[str(load)] = {p: None if isinstance(load, Rate) else best_choice(group, p) for p in PREDICTORS}
         for p in PREDICTORS:
-            errors = [c[f"{p}_rel_error"] for c in mine]
-            entry[f"{p}_median_rel_error"] = statistics.median(errors)
-            entry[f"{p}_max_rel_error"] = max(errors)
-            entry[f"{p}_best_matches"] = all(v[p]["matches"] for v in by_n.values())
+            errors = [c[f"{p}_rel_error"] for c in mine if c[f"{p}_rel_error"] is not None]
+            matches = [v[p]["matches"] for v in by_n.values() if v[p] is not None]
+            entry[f"{p}_median_rel_error"] = statistics.median(errors) if errors else None
+            entry[f"{p}_max_rel_error"] = max(errors) if errors else None
+            entry[f"{p}_best_matches"] = all(matches) if matches else None
         entry["best_by_n"] = by_n
         summary[router] = entry
     return summary
@@ -74,14 +89,15 @@ def markdown_table(
     summary, the latency-fidelity table and the labelled in-sample diagnosis, in markdown."""
     lines = [f"Prediction inputs: {inputs}.", ""] if inputs else []
     lines += [
-        "| router | N | thresholds | measured tok/s | model tok/s | model err | sim tok/s | sim err |",
+        "| router | N or rate | thresholds | measured tok/s | model tok/s | model err | sim tok/s | sim err |",
         "|---|---:|---|---:|---:|---:|---:|---:|",
     ]
     for c in cells:
         spread = f" ±{c['measured_half_range']:.1f}" if c.get("measured_half_range") else ""
         lines.append(
-            f"| {c['router']} | {c['concurrency']} | {tuple(c['thresholds'])} | {c['measured_tok_s']:.1f}{spread} "
-            f"| {c['model_tok_s']:.1f} | {c['model_rel_error']:.1%} | {c['sim_tok_s']:.1f} | {c['sim_rel_error']:.1%} |"
+            f"| {c['router']} | {load_label(c)} | {tuple(c['thresholds'])} | {c['measured_tok_s']:.1f}{spread} "
+            f"| {_num(c['model_tok_s'], '.1f')} | {_pct(c['model_rel_error'])} | {c['sim_tok_s']:.1f} "
+            f"| {_pct(c['sim_rel_error'])} |"
         )
     lines += [
         "",
@@ -90,9 +106,9 @@ def markdown_table(
     ]
     for router, s in summary.items():
         lines.append(
-            f"| {router} | {s['model_median_rel_error']:.1%} | {s['model_max_rel_error']:.1%} | "
-            f"{s['model_best_matches']} | {s['sim_median_rel_error']:.1%} | {s['sim_max_rel_error']:.1%} | "
-            f"{s['sim_best_matches']} |"
+            f"| {router} | {_pct(s['model_median_rel_error'])} | {_pct(s['model_max_rel_error'])} | "
+            f"{_flag(s['model_best_matches'])} | {_pct(s['sim_median_rel_error'])} | {_pct(s['sim_max_rel_error'])} | "
+            f"{_flag(s['sim_best_matches'])} |"
         )
     lines += fidelity_lines(summary) if all("latency" in s for s in summary.values()) else []
     lines += breakdown_lines(cells)
@@ -140,8 +156,12 @@ def fidelity_lines(summary: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _num(value: float | None) -> str:
-    return "–" if value is None else f"{value:.2f}"
+def _num(value: float | None, spec: str = ".2f") -> str:
+    return "–" if value is None else format(value, spec)
+
+
+def _flag(value: bool | None) -> str:
+    return "–" if value is None else str(value)
 
 
 def diagnosis_lines(diagnosis: Mapping[str, Any]) -> list[str]:
@@ -160,26 +180,28 @@ def diagnosis_lines(diagnosis: Mapping[str, Any]) -> list[str]:
         slow = ", ".join(f"{x:.2f}x" for x in d["median_slowdown"])
         busy = ", ".join(f"{x:.0%}" for x in d["median_busy_fraction"])
         lines.append(
-            f"| {router} | {d['model_rescaled_median_rel_error']:.1%} | {d['model_rescaled_max_rel_error']:.1%} | "
-            f"{d['sim_rescaled_median_rel_error']:.1%} | {d['sim_rescaled_max_rel_error']:.1%} | {slow} | {busy} |"
+            f"| {router} | {_pct(d['model_rescaled_median_rel_error'])} | {_pct(d['model_rescaled_max_rel_error'])} "
+            f"| {_pct(d['sim_rescaled_median_rel_error'])} | {_pct(d['sim_rescaled_max_rel_error'])} "
+            f"| {slow} | {busy} |"
         )
     return lines
 
 
 def plot_cells(cells: Sequence[Mapping[str, Any]], path: str | Path, title: str) -> None:
-    """One panel per (router, N): measured vs model vs simulator throughput for each threshold vector."""
+    """One panel per (router, load): measured vs model (closed loop) vs simulator throughput for each threshold
+    vector."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     routers = list(dict.fromkeys(c["router"] for c in cells))
-    ns = sorted({c["concurrency"] for c in cells})
-    fig, axes = plt.subplots(len(routers), len(ns), figsize=(4.2 * len(ns), 3.4 * len(routers)), squeeze=False)
+    loads = sorted({cell_load(c) for c in cells}, key=_load_order)
+    fig, axes = plt.subplots(len(routers), len(loads), figsize=(4.2 * len(loads), 3.4 * len(routers)), squeeze=False)
     for i, router in enumerate(routers):
-        for j, n in enumerate(ns):
-            _panel(axes[i][j], [c for c in cells if c["router"] == router and c["concurrency"] == n])
-            axes[i][j].set_title(f"{router}, N={n}", fontsize=9)
+        for j, load in enumerate(loads):
+            _panel(axes[i][j], [c for c in cells if c["router"] == router and cell_load(c) == load])
+            axes[i][j].set_title(f"{router}, {load}" if isinstance(load, Rate) else f"{router}, N={load}", fontsize=9)
     axes[0][0].legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
@@ -191,7 +213,8 @@ def _panel(ax: Any, group: Sequence[Mapping[str, Any]]) -> None:
     xs = list(range(len(group)))
     labels = [",".join(map(str, c["thresholds"])) for c in group]
     ax.plot(xs, [c["measured_tok_s"] for c in group], "ko-", label="measured", ms=4)
-    ax.plot(xs, [c["model_tok_s"] for c in group], "s--", color="tab:blue", label="model", ms=3)
+    if all(c["model_tok_s"] is not None for c in group):  # closed loop only
+        ax.plot(xs, [c["model_tok_s"] for c in group], "s--", color="tab:blue", label="model", ms=3)
     ax.plot(xs, [c["sim_tok_s"] for c in group], "^:", color="tab:orange", label="simulator", ms=3)
     if all("sim_rescaled_tok_s" in c for c in group):
         rescaled = [c["sim_rescaled_tok_s"] for c in group]

@@ -33,7 +33,8 @@ from trserve.crossval.fidelity import (
 )
 from trserve.crossval.harness import CellRun, ClientWorkload, crossval_server, run_cell
 from trserve.crossval.messages import ProgramChoice
-from trserve.crossval.plan import CrossvalPlan, RouterChoice
+from trserve.crossval.open_client import cell_arrivals
+from trserve.crossval.plan import CrossvalPlan, Load, Rate, RouterChoice, load_fields, load_tag
 from trserve.crossval.predict import (
     Calibration,
     kv_for_sim,
@@ -57,8 +58,8 @@ from trserve.crossval.stack import (
 from trserve.server.drift import DEFAULT_TOLERANCE, DriftReport
 
 Progress = Callable[[str], None]
-#: One measured cell: (repeat, router, N, thresholds, what it measured).
-Measured = tuple[int, RouterChoice, int, tuple[int, ...], CellRun]
+#: One measured cell: (repeat, router, load (N or rate), thresholds, what it measured).
+Measured = tuple[int, RouterChoice, Load, tuple[int, ...], CellRun]
 
 
 def max_batch_of(cfg: ServeConfig) -> int:
@@ -98,11 +99,12 @@ async def measure(
                                       probe_concurrencies(plan.concurrencies))  # fmt: skip
             progress(f"stack probe: {stack_line(costs.to_dict())}")
         cells = plan.cells()
-        for k, (rep, router, n, b) in enumerate(cells):
+        for k, (rep, router, load, b) in enumerate(cells):
             policies = [BatchingPolicy(threshold=t, max_wait_s=None, max_batch=cap) for t in b]
-            tag = f"{router.name}-n{n}-b{'_'.join(map(str, b))}-r{rep}"
-            run = await run_cell(frontend, program_factory(router, cfg.num_models), policies, n, workload, tag)
-            runs.append((rep, router, n, b, run))
+            tag = f"{router.name}-{load_tag(load)}-b{'_'.join(map(str, b))}-r{rep}"
+            sent = cell_arrivals(load.rps, workload, plan.arrival_seed + rep) if isinstance(load, Rate) else load
+            run = await run_cell(frontend, program_factory(router, cfg.num_models), policies, sent, workload, tag)
+            runs.append((rep, router, load, b, run))
             progress(f"[{k + 1}/{len(cells)}] {tag}: {run.throughput_tok_s:.1f} tok/s ({run.num_finished} finished)")
         kv_capacity = dict(frontend.kv_capacity)
     return runs, drift, costs, kv_capacity
@@ -239,18 +241,20 @@ def predict_cells(
         context = typical_context(replay, lengths)
         extend = typical_extend(finished, cfg.num_models)
         routing[router.name] = {**stats.to_dict(), "typical_context": context, "typical_extend": extend}
-        for n in plan.concurrencies:
-            vectors = plan.thresholds[n]
-            model_tok_s = model_predictions(stats, predictor, n, vectors, context, cap, extend)
+        for load in plan.loads:
+            vectors = plan.vectors(load)
+            model_tok_s: dict[tuple[int, ...], float | None] = dict.fromkeys(vectors)  # closed loop only
+            if not isinstance(load, Rate):
+                model_tok_s |= model_predictions(stats, predictor, load, vectors, context, cap, extend)
             for b in vectors:
-                sim = sim_result(replay, predictor, n, b, cap, sim_s)
-                cell = score_cell(cfg, plan, router.name, n, b, runs, scored, calibration, context, extend)
+                sim = sim_result(replay, predictor, load, b, cap, sim_s)
+                cell = score_cell(cfg, plan, router.name, load, b, runs, scored, calibration, context, extend)
                 cell |= {"model_tok_s": model_tok_s[b], "sim_tok_s": sim.throughput_tok_s}
                 cell["memory"]["sim"] = (sim.extra or {}).get("kv")
                 cell["fidelity"]["sim"] = sim_fidelity(sim, cfg.entry_model)
                 cell["fidelity"]["sim_vs_real"] = compare(cell["fidelity"]["real"], cell["fidelity"]["sim"])
                 cells.append(add_errors(cell))
-            progress(f"predicted {router.name} N={n}")
+            progress(f"predicted {router.name} {load if isinstance(load, Rate) else f'N={load}'}")
     return cells, routing, traces, stats_by_router
 
 
@@ -258,7 +262,7 @@ def score_cell(
     cfg: ServeConfig,
     plan: CrossvalPlan,
     router: str,
-    n: int,
+    load: Load,
     b: tuple[int, ...],
     runs: Sequence[Measured],
     scored: Sequence[Measured],
@@ -268,16 +272,18 @@ def score_cell(
 ) -> dict[str, Any]:
     """The measured side of one cell: the scored repeats' throughput (mean and half range), the input repeat's
     (for reference), the step breakdown and the real fidelity quantities."""
-    mine = [run for (_, r, nn, bb, run) in scored if r.name == router and nn == n and bb == b]
+    mine = [run for (_, r, nn, bb, run) in scored if r.name == router and nn == load and bb == b]
     if not mine:
-        raise ValueError(f"no scored run of {router} N={n} B={b}")
-    given = [run for (rep, r, nn, bb, run) in runs if r.name == router and nn == n and bb == b and rep == 0]
+        raise ValueError(f"no scored run of {router} load {load} B={b}")
+    given = [run for (rep, r, nn, bb, run) in runs if r.name == router and nn == load and bb == b and rep == 0]
     values = [run.throughput_tok_s for run in mine]
+    offered = [run.offered_rps for run in mine if run.offered_rps is not None]  # open loop: the window's arrivals
     steps = [s for run in mine for s in run.steps]
     breakdown = step_breakdown(steps, cfg.num_models, plan.measure_s * len(mine))
     return {
         "router": router,
-        "concurrency": n,
+        **load_fields(load),
+        **({"offered_rps": statistics.fmean(offered)} if offered else {}),
         "thresholds": list(b),
         "measured_tok_s": statistics.fmean(values),
         "measured_runs": values,

@@ -1,0 +1,162 @@
+"""`tokenrouter crossval --rate`: open-loop cells. Bad options, the plan's rate cells, the simulator at a rate, the
+open-loop client on a stand-in front end, the predictions and the report with rate cells beside closed-loop ones,
+and one short run on emulated engines."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import traceback
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from tokenrouter.commands.crossval import crossval
+from trcore.traces import RequestTrace, TraceStep
+from trserve.bench.arrivals import Arrivals, poisson
+from trserve.crossval.client import ClientWorkload
+from trserve.crossval.harness import CellRun, StepRecord
+from trserve.crossval.open_client import OpenClient
+from trserve.crossval.plan import Rate, default_routers, make_plan
+from trserve.crossval.predict import Calibration, sim_result
+from trserve.crossval.report import markdown_table, summarize
+from trsim.latency import ConstantModel
+
+app = typer.Typer()
+app.command()(crossval)
+runner = CliRunner()
+EMULATED = "configs/emulated-r2r-a100.yaml"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["-n", "2", "--rate", "5"], "--rate: sets the open loop; --concurrency the closed loop"),
+     (["--rate", "0"], "--rate: must be finite and > 0"), (["--rate", "fast"], "--rate: must be comma-separated"),
+     (["--rate", "5,inf"], "--rate: must be finite"), (["--arrival-seed", "3"], "--arrival-seed: seeds the Poisson")],
+)  # fmt: skip
+def test_bad_open_loop_options_are_one_line_exit_2(args, message):
+    result = runner.invoke(app, ["--config", EMULATED, *args])
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_rate_cells_run_the_given_vectors_or_every_threshold_1():
+    plan = make_plan(2, [], default_routers()[:1], [(1, 1), (2, 2)], rates=[20, 5.5], arrival_seed=7, repeats=2)
+    assert plan.loads == (Rate(20.0), Rate(5.5)) and plan.arrival_seed == 7
+    assert plan.vectors(Rate(5.5)) == [(1, 1), (2, 2)]  # (2, 2) is no closed-loop N = 1 vector; at a rate it runs
+    assert plan.num_cells == 2 * 2 * 2 and plan.cells()[1] == (0, plan.routers[0], Rate(20.0), (2, 2))
+    assert make_plan(2, [], default_routers()[:1], None, rates=[3]).vectors(Rate(3.0)) == [(1, 1)]
+    assert make_plan(2, [4], default_routers()[:1], None).rates == ()  # closed loop as before
+
+
+def test_the_simulator_at_a_rate_below_capacity_commits_what_arrives():
+    # 8-token requests all on a 10 ms small model: at 20 requests/s it is busy a fraction of the time, so the
+    # throughput is the offered 160 tok/s (one seeded Poisson draw over 30 s) and a request takes 8 steps.
+    traces = [RequestTrace(f"r{k}", (TraceStep(0, 0, True),) * 8, 20, 8) for k in range(4)]
+    calibration = Calibration(("a", "b"), (ConstantModel(0.010), ConstantModel(0.020)))
+    result = sim_result(traces, calibration, Rate(20.0), (1, 1), 8, 30.0)
+    assert result.throughput_tok_s == pytest.approx(20 * 8, rel=0.1)
+    assert result.num_finished == pytest.approx(20 * 30, rel=0.1)
+    assert 8 * 0.010 <= result.latency_p50_s <= result.latency_p99_s
+    assert result.extra["breakdown"]["num_requests"] == result.num_finished
+
+
+class _FrontEnd:
+    """Answers even requests at once (3 tokens) and never answers odd ones."""
+
+    def __init__(self) -> None:
+        self.submitted: list[str] = []
+
+    def submit(self, spec, prompt, _extra):
+        self.submitted.append(spec.request_id)
+        gen = type("Gen", (), {"events": asyncio.Queue()})()
+        if int(spec.request_id.rsplit("-", 1)[1]) % 2 == 0:
+            gen.events.put_nowait(("tokens", [1, 2, 3]))
+            gen.events.put_nowait(("done", None))
+        return gen
+
+
+def test_the_open_client_sends_at_the_arrival_times_and_cancels_the_unfinished():
+    workload = ClientWorkload(((1, 2), (3, 4, 5)), 3, 0.0, 0.1)
+    arrivals = Arrivals((0.0, 0.01, 0.02, 0.03), "test")
+    frontend = _FrontEnd()
+    client = OpenClient(frontend, workload, "t", arrivals)
+
+    async def drive():
+        start = time.monotonic() - 1.0  # every arrival is due at once
+        tasks = client.start(start)
+        await asyncio.sleep(0.05)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return start
+
+    start = asyncio.run(drive())
+    assert frontend.submitted == ["t-0", "t-1", "t-2", "t-3"] and client.num_sent == 4
+    assert client.finished == {"t-0", "t-2"} and client.full_length == {"t-0", "t-1", "t-2", "t-3"}
+    assert [client.timings[r][0] for r in ("t-0", "t-2")] == [start, start + 0.02]  # latency from the arrival
+    assert client.timings["t-2"][3] == 3 and client.specs["t-3"].arrival_time == start + 0.03
+    assert client.specs["t-1"].num_prompt_tokens == 3 and not client._requests  # the odd ones were cancelled
+
+
+def _run(tok_s, offered=None):
+    traces = [RequestTrace(f"{tok_s}-{k}", (TraceStep(0, 1, True), TraceStep(1, 0, True)) * 4, 20, 8) for k in range(4)]
+    ids = frozenset(t.request_id for t in traces)
+    records, timing = [StepRecord(0.0, 0, 2, 0.03, 2)] * 5, [(0.0, 0.1, 1.0, 8)] * 4
+    return CellRun(tok_s, int(tok_s * 10), 10.0, traces, traces, records, 4, dict.fromkeys(ids, 8), ids, timing,
+                   offered_rps=offered)  # fmt: skip
+
+
+def test_rate_cells_have_the_simulator_but_not_the_throughput_model():
+    from trserve.config import ServeConfig
+    from trserve.crossval.run import input_runs, predict_cells
+
+    cfg = ServeConfig.model_validate({"models": [{"name": "small", "path": "x"}, {"name": "large", "path": "y"}]})
+    calibration = Calibration(("a", "b"), (ConstantModel(0.010), ConstantModel(0.020)))
+    plan = make_plan(2, [2], default_routers()[:1], [(1, 1)], rates=[5], repeats=2, measure_s=10.0)
+    router = plan.routers[0]
+    runs = [(rep, router, load, (1, 1), _run(40.0 + rep, None if load == 2 else 4.5 + rep))
+            for rep in range(2) for load in plan.loads]  # fmt: skip
+    cells, *_ = predict_cells(cfg, plan, calibration, [1.0, 1.0], runs, input_runs(plan, runs), 20, print)
+    closed, rate = cells
+    assert closed["concurrency"] == 2 and "rate_rps" not in closed and closed["model_tok_s"] > 0
+    assert rate["concurrency"] is None and rate["rate_rps"] == 5.0 and rate["offered_rps"] == 5.5
+    assert rate["model_tok_s"] is None and rate["model_rel_error"] is None and rate["sim_tok_s"] > 0
+    summary = summarize(cells)["markov"]
+    assert summary["model_max_rel_error"] == closed["model_rel_error"]  # the rate cell is skipped
+    assert summary["sim_max_rel_error"] == max(closed["sim_rel_error"], rate["sim_rel_error"])
+    assert summary["best_by_n"]["5 req/s"] == {"model": None, "sim": None}  # throughput ranks no vector at a rate
+    assert summary["best_by_n"]["2"]["sim"]["matches"] and summary["sim_best_matches"] is True
+    assert "| markov | 5 req/s (5.5 offered) | (1, 1) | 41.0 | – | – |" in markdown_table(cells, {"markov": summary})
+    only_rates = summarize([rate])["markov"]
+    assert only_rates["model_median_rel_error"] is None and only_rates["model_best_matches"] is None
+    assert only_rates["sim_median_rel_error"] == rate["sim_rel_error"] and only_rates["sim_best_matches"] is None
+
+
+@pytest.mark.serve
+def test_emulated_open_loop_run(tmp_path):
+    out = tmp_path / "out"
+    args = ["--config", EMULATED, "--rate", "20", "--thresholds", "1,1", "--routers", "markov",
+            "--markov-p", "[[0.65,0.35],[1,0]]", "--markov-c", "[[1,0],[1,0]]", "--max-tokens", "16",
+            "--warmup-s", "0.3", "--measure-s", "2", "--repeats", "1", "--drift", "skip", "--sim-s", "10",
+            "--out", str(out)]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output + "".join(traceback.format_exception(*result.exc_info))
+    assert "model n/a (open loop)" in result.output
+    doc = json.loads((out / "crossval.json").read_text())
+    (cell,) = doc["cells"]
+    assert (cell["concurrency"], cell["rate_rps"], cell["thresholds"]) == (None, 20.0, [1, 1])
+    assert cell["measured_tok_s"] > 0 and cell["sim_tok_s"] > 0 and cell["model_tok_s"] is None
+    sent = len(poisson(20.0, 2.3, 0).times_s)  # repeat 0 draws --arrival-seed 0 over warm-up and window
+    assert 0 < cell["offered_rps"] * 2 <= sent
+    real, sim = cell["fidelity"]["real"], cell["fidelity"]["sim"]
+    assert sent // 3 <= real["num_requests"] <= sent  # every arrival is sent; most 16-token requests finish
+    for side in (real, sim):
+        for metric in ("ttft", "tpot", "e2e"):
+            assert 0 < side[f"{metric}_p50"] <= side[f"{metric}_p99"], metric
+    assert real["breakdown"]["num_requests"] == real["num_requests"]
+    assert sim["breakdown"]["num_requests"] == sim["num_requests"] > 0
+    assert doc["plan"]["rates"] == [20.0] and doc["summary"]["markov"]["model_median_rel_error"] is None
+    assert "| markov | 20 req/s (" in (out / "crossval.md").read_text()
