@@ -44,6 +44,7 @@ def cell_gap(cell: dict[str, Any]) -> dict[str, Any]:
         })  # fmt: skip
     return {
         "concurrency": cell["concurrency"],
+        "rate_rps": cell.get("rate_rps"),
         "thresholds": cell.get("thresholds"),
         "measured_over_sim": cell["measured_tok_s"] / cell["sim_tok_s"],
         "e2e_p50_real_over_sim": real["e2e_p50"] / sim["e2e_p50"],

@@ -31,7 +31,7 @@ def breakdown_lines(cells: Sequence[Mapping[str, Any]]) -> list[str]:
         "Where a request's latency goes (mean ms per finished request; the parts before `e2e` add up to it; "
         "`trsim.breakdown`):",
         "",
-        "| router | N | thresholds | side | requests | " + " | ".join(h for _, h in cols) + " |",
+        "| router | N or rate | thresholds | side | requests | " + " | ".join(h for _, h in cols) + " |",
         "|---|---:|---|---|---:|" + "---:|" * len(cols),
     ]
     for cell in rows:
@@ -40,6 +40,7 @@ def breakdown_lines(cells: Sequence[Mapping[str, Any]]) -> list[str]:
             if not parts.get("num_requests"):
                 continue
             values = " | ".join(f"{parts['mean_ms'][k]:.1f}" for k, _ in cols)
-            lines.append(f"| {cell['router']} | {cell['concurrency']} | {tuple(cell['thresholds'])} | {side} | "
+            load = cell["concurrency"] if cell.get("rate_rps") is None else f"{cell['rate_rps']:g} req/s"
+            lines.append(f"| {cell['router']} | {load} | {tuple(cell['thresholds'])} | {side} | "
                          f"{parts['num_requests']} | {values} |")  # fmt: skip
     return lines
