@@ -19,6 +19,7 @@ Backend = Literal["vllm", "hash", "emulated"]
 Handoff = Literal["session", "readmit"]
 #: What a tool does with the drift probe's ratio of observed to profile step time (see trserve.server.drift).
 DriftMode = Literal["scale", "stop", "report", "skip"]
+DriftProbePlacement = Literal["auto", "alone", "serving"]
 
 
 class RouterConfig(StrictSection):
@@ -42,6 +43,9 @@ class AutoThresholdsConfig(StrictSection):
     #: times (default), stop beyond ``drift_tolerance``, only report, or skip the probe.
     drift: DriftMode = "scale"
     drift_tolerance: float = Field(0.05, gt=0.0, lt=1.0)
+    #: Where the probe times the engines (``trserve.crossval.drift.PROBE_PLACEMENTS``): ``auto`` = under serving's
+    #: own interference where the engines share the stack's CPUs (``backend: vllm`` on CPU), alone on GPUs.
+    drift_probe: DriftProbePlacement = "auto"
 
 
 class AdaptiveThresholdsConfig(StrictSection):

@@ -53,6 +53,9 @@ def crossval(
     length_scale: float | None = typer.Option(None, "--length-scale", help="Every length of --lengths times this [1]."),
     drift: str = typer.Option("scale", "--drift", help="Drift probe: scale, stop, report or skip."),
     drift_tolerance: float = typer.Option(0.05, "--drift-tolerance", help="Relative drift beyond which stop stops."),
+    drift_probe: str = typer.Option(
+        "auto", "--drift-probe", help="Time engines alone or serving (both stepping); auto: serving on a shared CPU."
+    ),
     sim_s: float = typer.Option(120.0, "--sim-s", help="Simulated seconds per cell."),
     profiles: Path | None = typer.Option(
         None, "--profiles", help="Profile folder [calibration/profiles/<hardware-tag>]."
@@ -69,6 +72,7 @@ def crossval(
     from tokenrouter.commands.serve import _load
     from trcore.errors import ConfigError
     from trserve.bench.requests import Lengths
+    from trserve.crossval.drift import PROBE_PLACEMENTS
     from trserve.crossval.plan import RouterChoice, make_plan
     from trserve.crossval.predict import emulated_calibration, load_calibration
     from trserve.crossval.run import run_crossval, write_outputs
@@ -103,6 +107,8 @@ def crossval(
                 raise ConfigError("--workload", f"unknown workload {name!r}; valid: {', '.join(WORKLOADS)}")
     if drift not in DRIFT_MODES:
         raise ConfigError("--drift", f"unknown mode {drift!r}; valid: {', '.join(DRIFT_MODES)}")
+    if drift_probe not in PROBE_PLACEMENTS:
+        raise ConfigError("--drift-probe", f"unknown placement {drift_probe!r}; valid: {', '.join(PROBE_PLACEMENTS)}")
     plan = make_plan(
         cfg.num_models,
         concurrencies,
@@ -133,7 +139,7 @@ def crossval(
         else:
             client = make_workload(name, cfg, max_tokens, warmup_s, measure_s, seed)
         doc, traces = run_crossval(
-            cfg, plan, calibration, client, sim_s, _progress, drift, drift_tolerance, stack_choice
+            cfg, plan, calibration, client, sim_s, _progress, drift, drift_tolerance, stack_choice, drift_probe
         )
         folder = base if len(workloads) == 1 else base / name
         written = write_outputs(doc, traces, folder, f"Cross-validation on {tag}, {client.name} workload")

@@ -22,7 +22,7 @@ from trcore.traces import RequestTrace, trace_to_dict
 from trserve import eventloop
 from trserve.config import ServeConfig
 from trserve.crossval.diagnose import add_rescaled_predictions, rescaled
-from trserve.crossval.drift import probe_drift
+from trserve.crossval.drift import probe_drift, serving_probe
 from trserve.crossval.fidelity import (
     compare,
     memory_events,
@@ -120,16 +120,21 @@ def run_crossval(
     drift_mode: str = "scale",
     drift_tolerance: float = DEFAULT_TOLERANCE,
     stack: StackProbe | StackCosts | None = None,
+    drift_placement: str = "auto",
 ) -> tuple[dict[str, Any], dict[str, list[RequestTrace]]]:
     """Probe, measure, predict and summarize; returns the result document and the replayed traces per router.
     The simulator adds the serving stack's costs measured by a probe run (``stack``: :class:`StackProbe`), read
-    from a file (:class:`StackCosts`), or none (None)."""
+    from a file (:class:`StackCosts`), or none (None). The drift probe times the engines as ``drift_placement``
+    says (``trserve.crossval.drift.PROBE_PLACEMENTS``; serving under the plan's first router)."""
     started = time.time()
     load_before = os.getloadavg()
     names = [m.name for m in cfg.models]
+    first = plan.routers[0]
+    serving = serving_probe(cfg, drift_placement, ProgramChoice.of(first.program, first.params))
 
     async def probe(frontend: Any) -> DriftReport:
-        return await probe_drift(frontend, workload, calibration, names, max_batch_of(cfg), drift_mode, drift_tolerance)
+        return await probe_drift(frontend, workload, calibration, names, max_batch_of(cfg), drift_mode, drift_tolerance,
+                                 serving)  # fmt: skip
 
     drift_probe = None if drift_mode == "skip" else probe
     stack_probe = stack if isinstance(stack, StackProbe) else None

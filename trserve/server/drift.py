@@ -32,6 +32,8 @@ class DriftMeasurement:
     per_batch: list[dict[int, float]]
     num_steps: list[int]
     context_tokens: int = 0
+    #: Where the engines were timed: ``alone`` (one at a time) or ``serving`` (all stepping, the front end busy).
+    placement: str = "alone"
 
     @staticmethod
     def concat(parts: Sequence[DriftMeasurement]) -> DriftMeasurement:
@@ -41,6 +43,7 @@ class DriftMeasurement:
             [d for p in parts for d in p.per_batch],
             [n for p in parts for n in p.num_steps],
             max((p.context_tokens for p in parts), default=0),
+            parts[0].placement if parts else "alone",
         )
 
 
@@ -61,6 +64,7 @@ class DriftReport:
     action: str
     factors: list[float] = field(default_factory=list)
     context_tokens: int = 0
+    placement: str = "alone"
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -101,5 +105,5 @@ def assess(
     action, factors = decide(measured.ratios, mode, tolerance, names, remedy)
     return DriftReport(
         measured.ratios, measured.per_batch, measured.num_steps, mode, tolerance, action, factors,
-        measured.context_tokens,
+        measured.context_tokens, measured.placement,
     )  # fmt: skip

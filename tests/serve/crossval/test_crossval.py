@@ -64,7 +64,8 @@ def test_unknown_router_is_one_line_exit_2():
 @pytest.mark.parametrize(
     ("args", "message"),
     [(["--workload", "fixed,chat"], "--workload: unknown workload 'chat'"),
-     (["--drift", "maybe"], "--drift: unknown mode 'maybe'"), (["--drift-tolerance", "0"], "--drift-tolerance")],
+     (["--drift", "maybe"], "--drift: unknown mode 'maybe'"), (["--drift-tolerance", "0"], "--drift-tolerance"),
+     (["--drift-probe", "nearby"], "--drift-probe: unknown placement 'nearby'")],
 )  # fmt: skip
 def test_bad_workload_and_drift_options_are_one_line_exit_2(args, message):
     result = runner.invoke(app, args)
@@ -110,6 +111,7 @@ def test_tiny_grid_end_to_end_on_the_local_pair(tmp_path, prepared_pair):
     drift = doc["drift"]  # the synthetic profiles are far from the real engines: reported, not applied
     assert drift["action"] in ("reported only", "within tolerance") and drift["factors"] == [1.0, 1.0]
     assert all(n > 0 for n in drift["num_steps"]) and all(r > 0 for r in drift["ratios"])
+    assert drift["placement"].startswith("serving")  # auto: the real engines share this machine's CPUs
     assert "Drift probe: the engines stepped at" in (out / "crossval.md").read_text()
     cells = doc["cells"]
     assert [(c["router"], c["concurrency"], c["thresholds"]) for c in cells] == [

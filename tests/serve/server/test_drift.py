@@ -149,3 +149,44 @@ def test_tokenrouter_serve_with_drift_stop_refuses_to_start_on_drifted_engines(
     # An emulated step never ends early (the bound that tells a working probe from one reading 1.0); on a loaded
     # machine it ends late (1.65x and 2.3x seen at load 16 on the 2 cores), hence the loose upper bound.
     assert len(ratios) == 2 and all(1.45 <= r <= 4.0 for r in ratios), lines[0]
+
+
+def test_serving_probe_where_the_engines_share_the_stacks_cpus() -> None:
+    from trserve.crossval.drift import serving_probe
+
+    models = [{"name": n, "path": "x"} for n in NAMES]
+    cpu = ServeConfig.model_validate({"models": models, "router": MARKOV})
+    assert serving_probe(cpu, "auto") is not None and serving_probe(cpu, "serving").name == "markov"
+    assert serving_probe(cpu, "alone") is None
+    on_gpus = [{**m, "placement": {"gpus": [k]}} for k, m in enumerate(models)]
+    gpu = ServeConfig.model_validate({"models": on_gpus, "router": MARKOV})
+    assert serving_probe(gpu, "auto") is None and serving_probe(gpu, "serving") is not None
+    emulated = ServeConfig.model_validate({"models": models, "router": MARKOV, "backend": "hash"})
+    assert serving_probe(emulated, "auto") is None  # stand-in engines compute nothing to contend for
+    with pytest.raises(ConfigError, match="unknown placement"):
+        serving_probe(cpu, "nearby")
+
+
+@pytest.mark.serve
+def test_a_serving_probe_times_every_engine_while_all_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Emulated engines stepping exactly 1.5x their profiles, probed under the config's own routing: where both
+    models decode in the same cells, both read about 1.5x (never less: an emulated step does not end early); where
+    the routing never lets the large model decode (each of its visits is one step that reads the small model's
+    tokens), it is timed alone as well, and says so."""
+    from trserve.crossval import drift as probe_module
+    from trserve.crossval.predict import load_calibration
+
+    monkeypatch.setattr(probe_module, "PROBE_WARMUP_S", 0.3)
+    monkeypatch.setattr(probe_module, "PROBE_MEASURE_S", 1.0)
+    write_profiles(tmp_path / "profiles")
+    slow = write_profiles(tmp_path / "engines", scale=1.5)
+    models = [{"name": n, "emulated": {"profile": str(p)}, "max_num_seqs": 8} for n, p in zip(NAMES, slow, strict=True)]
+    stays = {"program": "markov", "params": {"P": [[0.5, 0.5], [0.5, 0.5]], "C": [[1.0, 0.0], [1.0, 1.0]]}}
+    calibration = load_calibration(tmp_path / "profiles", list(NAMES))
+    for router, placement in ((stays, "serving"), (MARKOV, "serving (alone: models [1])")):
+        cfg = ServeConfig.model_validate({"models": models, "router": router, "backend": "emulated",
+                                          "server": {"max_active_requests": 8}})  # fmt: skip
+        measured = probe_module.measure_drift(cfg, probe_module.probe_workload(cfg), calibration, "serving")
+        assert measured.placement == placement
+        assert all(n >= probe_module.MIN_SERVING_STEPS for n in measured.num_steps), measured
+        assert all(1.45 <= r <= 4.0 for r in measured.ratios), measured.ratios
