@@ -94,6 +94,7 @@ class Simulation(MemoryDriving, ThresholdDriving):
         self._target_tokens: int | None = None
         self._warmup: tuple[int, int] | None = None  # (tokens, tick) when warm-up ended
         self._warmup_tokens = 0
+        self._holds_to_limit = False  # replayed arrivals with a time limit: the run lasts it
         self._stopped = False
         for p in range(table.num_procs):
             self.env.process(self._model_process(p))
@@ -119,20 +120,28 @@ class Simulation(MemoryDriving, ThresholdDriving):
         self._wake_model(entry)
 
     # -- running --------------------------------------------------------------------------------------
-    def run(self, tokens: int | None = None, time_s: float | None = None, warmup_tokens: int = 0) -> SimResult:
-        """Run until ``tokens`` committed tokens, ``time_s`` simulated seconds, or the workload is done.
-        Throughput counts only tokens after the first ``warmup_tokens``."""
-        if tokens is None and time_s is None and self.config.workload.num_sessions is None and not self.phasing:
+    def run(
+        self, tokens: int | None = None, time_s: float | None = None, warmup_tokens: int = 0, warmup_s: float = 0.0
+    ) -> SimResult:
+        """Run until ``tokens`` committed tokens, ``time_s`` simulated seconds, or the workload is done (replayed
+        arrival times with a time limit: the run lasts ``time_s``, idle after its last request if need be).
+        Throughput counts only tokens after the first ``warmup_tokens``, or those committed from ``warmup_s``
+        simulated seconds on (the measured window of a real run)."""
+        if tokens is None and time_s is None and not self.config.workload.is_finite and not self.phasing:
             raise ConfigError("run", "give a token or time limit, or a workload with num_sessions")
         for name, value in (("tokens", tokens), ("time_s", time_s)):
             if value is not None and not value > 0:
                 raise ConfigError(name, f"must be > 0, got {value}")
         if warmup_tokens < 0 or (tokens is not None and warmup_tokens >= tokens):
             raise ConfigError("warmup_tokens", "must be >= 0 and below the token limit")
+        self._check_warmup_s(warmup_s, warmup_tokens, time_s)
         self._target_tokens, self._warmup_tokens = tokens, warmup_tokens
-        if warmup_tokens == 0:
+        if warmup_s > 0:  # the window opens at that instant, before any step that ends then
+            self.env.timeout(to_ticks(warmup_s)).callbacks.append(lambda _e: self._open_window())
+        elif warmup_tokens == 0:
             self._warmup = (0, 0)
         if time_s is not None:
+            self._holds_to_limit = self.config.workload.arrival == "trace"
             self.env.timeout(to_ticks(time_s)).callbacks.append(lambda _e: self._stop())
         started = time.perf_counter()
         for driving in (self.phasing, self.adaptive):
@@ -147,6 +156,16 @@ class Simulation(MemoryDriving, ThresholdDriving):
         except EmptySchedule:
             self._check_drained()
         return self._result(time.perf_counter() - started)
+
+    @staticmethod
+    def _check_warmup_s(warmup_s: float, warmup_tokens: int, time_s: float | None) -> None:
+        if not (math.isfinite(warmup_s) and warmup_s >= 0) or (time_s is not None and warmup_s >= time_s):
+            raise ConfigError("warmup_s", f"must be >= 0 and below the time limit, got {warmup_s}")
+        if warmup_s > 0 and warmup_tokens:
+            raise ConfigError("warmup_s", "give warmup_tokens or warmup_s, not both")
+
+    def _open_window(self) -> None:
+        self._warmup = (self.committed, self.env.now)
 
     def _stop(self) -> None:
         if not self._stopped:
@@ -229,7 +248,7 @@ class Simulation(MemoryDriving, ThresholdDriving):
 
     def _count(self, committed: int) -> None:
         self.committed += committed
-        if self._warmup is None and self.committed >= self._warmup_tokens:
+        if self._warmup is None and self._warmup_tokens and self.committed >= self._warmup_tokens:
             self._warmup = (self.committed, self.env.now)
         if self._target_tokens is not None and self.committed >= self._target_tokens:
             self._stop()
@@ -260,7 +279,7 @@ class Simulation(MemoryDriving, ThresholdDriving):
         self.synth.release(rid)
         self._set_active(self.num_active - 1, rid)
         self.workload.on_finish(message, now)
-        if self.workload.is_exhausted and self.num_active == 0:
+        if self.workload.is_exhausted and self.num_active == 0 and not self._holds_to_limit:
             self._stop()
 
     def _first_token_time(self, rid: str, batch: tuple[Request, ...], now: float) -> float:

@@ -3,7 +3,9 @@ per-model batch-size histogram and busy fraction, hand-offs per token."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -70,6 +72,23 @@ class RunStats:
         self.histograms: list[Counter[int]] = [Counter() for _ in range(num_models)]
         self.handoffs = 0
         self.finished: list[tuple[float, float, float, int]] = []  # arrival, first token, finish, output tokens
+
+    @classmethod
+    def pooled(cls, parts: Sequence[RunStats], finished_between: tuple[float, float] | None = None) -> RunStats:
+        """One recorder holding every part's counts and finished requests (several runs read as one, as a
+        measurement pools its windows); with ``finished_between`` only the requests that finished in that span of
+        their run (seconds)."""
+        num_models, num_procs = len(parts[0].steps), len(parts[0].proc_steps)
+        out = cls(num_models, num_procs)
+        for part in parts:
+            for name in ("steps", "proc_steps", "request_steps", "busy_ticks"):
+                setattr(out, name, [a + b for a, b in zip(getattr(out, name), getattr(part, name), strict=True)])
+            for mine, theirs in zip(out.histograms, part.histograms, strict=True):
+                mine.update(theirs)
+            out.handoffs += part.handoffs
+            low, high = finished_between or (-math.inf, math.inf)
+            out.finished += [row for row in part.finished if low <= row[2] <= high]
+        return out
 
     def summarize(
         self,

@@ -1,11 +1,11 @@
-"""Workloads: closed loop with N concurrent sessions or open loop with Poisson arrivals; multi-turn sessions;
-presets named after the paper's workloads."""
+"""Workloads: closed loop with N concurrent sessions, open loop with Poisson arrivals or replayed arrival times;
+multi-turn sessions; presets named after the paper's workloads."""
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
@@ -13,7 +13,7 @@ import simpy
 
 from trcore import ConfigError, PeerReq, RequestSpec, new_request_message
 from trcore.routers import TRACE_KEY
-from trsim.clock import to_ticks
+from trsim.clock import TICKS_PER_S, to_ticks
 from trsim.lengths import LengthDist, LengthPairs, constant, lognormal
 
 #: Output length standing for "never finishes": makes the closed loop the throughput model's chain.
@@ -28,7 +28,8 @@ class WorkloadConfig:
     """Where requests come from and how long they are.
 
     * ``arrival``: ``closed`` keeps ``concurrency`` sessions in flight (a finished one is replaced at once);
-      ``poisson`` starts sessions at ``rate_per_s``;
+      ``poisson`` starts sessions at ``rate_per_s``; ``trace`` starts one session at each of ``arrival_times_s``
+      (seconds from the run's start, sorted, >= 0: a measured run's own arrivals), drawn as ``poisson`` draws them;
     * ``num_sessions``: stop starting sessions after this many (None: no limit; the run ends by tokens or time);
     * lengths from ``prompt_tokens`` / ``output_tokens``, or cycled from ``pairs`` (a lengths file, a trace);
     * ``think_time_s``: a client's pause between the end of one of its requests and its next: a session's next
@@ -44,9 +45,10 @@ class WorkloadConfig:
       the same).
     """
 
-    arrival: Literal["closed", "poisson"] = "closed"
+    arrival: Literal["closed", "poisson", "trace"] = "closed"
     concurrency: int = 16
     rate_per_s: float = 1.0
+    arrival_times_s: tuple[float, ...] = ()
     num_sessions: int | None = None
     prompt_tokens: LengthDist = field(default_factory=lambda: constant(100))
     output_tokens: LengthDist = field(default_factory=lambda: constant(ENDLESS))
@@ -69,6 +71,33 @@ class WorkloadConfig:
             raise ConfigError("workload.think_time_s", f"must be >= 0, got {self.think_time_s}")
         if self.tag_traces and self.pairs is None:
             raise ConfigError("workload.tag_traces", "needs length pairs taken from the traces")
+        if self.arrival == "trace":  # stored as a tuple of floats, so the config stays hashable
+            object.__setattr__(self, "arrival_times_s", check_arrival_times(self.arrival_times_s))
+        elif self.arrival_times_s:
+            raise ConfigError("workload.arrival_times_s", f"replayed with arrival 'trace' only, not {self.arrival!r}")
+
+    @property
+    def is_finite(self) -> bool:
+        """True when the workload starts a limited number of sessions (a run may go until they are done)."""
+        return self.num_sessions is not None or self.arrival == "trace"
+
+
+def check_arrival_times(given: Sequence[float]) -> tuple[float, ...]:
+    """``arrival_times_s`` as a tuple of seconds; an empty, negative, non-finite or decreasing one is refused
+    (naming the field)."""
+    name = "workload.arrival_times_s"
+    try:
+        times = tuple(float(t) for t in given)
+    except (TypeError, ValueError):
+        raise ConfigError(name, f"must be numbers (seconds from the run's start), got {given!r}") from None
+    if not times:
+        raise ConfigError(name, "needs at least one arrival time (seconds from the run's start)")
+    for k, t in enumerate(times):
+        if not (math.isfinite(t) and t >= 0):
+            raise ConfigError(name, f"times must be finite and >= 0, got {t!r} at index {k}")
+        if k and t < times[k - 1]:
+            raise ConfigError(name, f"times must be sorted: {t!r} at index {k} comes before {times[k - 1]!r}")
+    return times
 
 
 PRESETS: dict[str, WorkloadConfig] = {
@@ -138,13 +167,18 @@ class WorkloadRunner:
     @property
     def is_exhausted(self) -> bool:
         """True when no more sessions will start."""
-        limit = self.config.num_sessions
+        cfg = self.config
+        limit = cfg.num_sessions
+        if cfg.arrival == "trace":
+            limit = min(limit or len(cfg.arrival_times_s), len(cfg.arrival_times_s))
         return limit is not None and self.num_started >= limit
 
     def start(self) -> None:
         if self.config.arrival == "closed":
             for _ in range(self.config.concurrency):
                 self._start_session()
+        elif self.config.arrival == "trace":
+            self.driver.env.process(self._replayed_arrivals())
         else:
             self.driver.env.process(self._poisson_arrivals())
 
@@ -163,6 +197,17 @@ class WorkloadRunner:
         while not self.is_exhausted:
             self._start_session()
             yield self.driver.env.timeout(to_ticks(self.rng.expovariate(self.config.rate_per_s)))
+
+    def _replayed_arrivals(self) -> Generator[simpy.Event, Any, None]:
+        """One session at each arrival time (whole ticks from the run's start; equal times at the same instant)."""
+        env = self.driver.env
+        for t in self.config.arrival_times_s:
+            delay = round(t * TICKS_PER_S) - env.now
+            if delay > 0:
+                yield env.timeout(delay)
+            if self.is_exhausted:
+                return
+            self._start_session()
 
     def _start_session(self) -> None:
         if self.is_exhausted:
