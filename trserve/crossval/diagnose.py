@@ -16,6 +16,7 @@ from trcore.traces import RequestTrace
 from trserve.crossval.plan import Rate, cell_load
 from trserve.crossval.predict import Calibration, model_predictions, sim_prediction
 from trserve.crossval.report import rel_error
+from trserve.crossval.sim_open import replay_of
 from trsim.latency import ScaledModel
 
 
@@ -56,7 +57,8 @@ def add_rescaled_predictions(
         if not isinstance(load, Rate):
             model = model_predictions(stats[router], cal, load, [b], context, max_batch, extend)[b]
         cell["model_rescaled_tok_s"] = model
-        cell["sim_rescaled_tok_s"] = sim_prediction(traces[router], cal, load, b, max_batch, sim_s)
+        sim_load = replay_of(cell) if isinstance(load, Rate) else load  # the arrivals the cell's simulation replayed
+        cell["sim_rescaled_tok_s"] = sim_prediction(traces[router], cal, sim_load, b, max_batch, sim_s)
         for p in ("model", "sim"):
             value = cell[f"{p}_rescaled_tok_s"]
             cell[f"{p}_rescaled_rel_error"] = None if value is None else rel_error(value, cell["measured_tok_s"])

@@ -19,9 +19,15 @@ from trserve.crossval.client import Client, ClientWorkload
 from trserve.frontend.book import FrontEnd
 
 
+def draw_arrivals(rate_rps: float, warmup_s: float, measure_s: float, seed: int) -> Arrivals:
+    """Poisson arrivals at ``rate_rps`` over a warm-up and measured window, from ``seed``: what a rate cell's
+    repeat sends, and what the simulator replays for it (``trserve.crossval.sim_open``)."""
+    return poisson(rate_rps, warmup_s + measure_s, seed)
+
+
 def cell_arrivals(rate_rps: float, workload: ClientWorkload, seed: int) -> Arrivals:
     """Poisson arrivals at ``rate_rps`` over the cell's warm-up and measured window, from ``seed``."""
-    return poisson(rate_rps, workload.warmup_s + workload.measure_s, seed)
+    return draw_arrivals(rate_rps, workload.warmup_s, workload.measure_s, seed)
 
 
 class OpenClient(Client):

@@ -15,7 +15,8 @@ from trcore.routing_stats import RoutingStats, estimate_routing_stats
 from trcore.throughput import ThroughputModel
 from trcore.traces import RequestTrace
 from trserve.config import ServeConfig
-from trserve.crossval.plan import Load, Rate
+from trserve.crossval.plan import Rate
+from trserve.crossval.sim_open import Replay
 from trserve.crossval.stack import StackCosts
 from trserve.engine.emulated import EmulatedLatency
 from trsim import breakdown
@@ -25,10 +26,9 @@ from trsim.driver import Simulation
 from trsim.kv import KVSimConfig
 from trsim.metrics import SimResult
 from trsim.profile import latency_from_profile, load_profile
+from trsim.windows import simulate_windows
 from trsim.workload import WorkloadConfig
 
-#: Open loop: the share of the simulated run whose arrivals' tokens are its warm-up.
-OPEN_WARMUP_SHARE = 0.1
 #: Time grid of the analytic model (latencies on this machine are tens of milliseconds).
 QUANTUM_S = 1e-3
 
@@ -154,27 +154,31 @@ def model_predictions(
 def sim_prediction(
     traces: Sequence[RequestTrace],
     calibration: Calibration,
-    load: Load,
+    load: int | Replay,
     thresholds: tuple[int, ...],
     max_batch: int,
     sim_s: float,
     seed: int = 0,
 ) -> float:
     """Simulator tok/s of one cell: calibrated latency models and stack costs, requests replaying ``traces`` in
-    turn, closed loop (``load``: N sessions) or open loop (a :class:`~trserve.crossval.plan.Rate`)."""
+    turn, closed loop (``load``: N sessions, ``sim_s`` simulated seconds) or open loop (a
+    :class:`~trserve.crossval.sim_open.Replay`: the scored repeats' arrival times over the cell's own window)."""
     return sim_result(traces, calibration, load, thresholds, max_batch, sim_s, seed).throughput_tok_s
 
 
 def sim_result(
     traces: Sequence[RequestTrace],
     calibration: Calibration,
-    load: Load,
+    load: int | Replay,
     thresholds: tuple[int, ...],
     max_batch: int,
     sim_s: float,
     seed: int = 0,
 ) -> SimResult:
-    """The simulator's whole result for one cell (see :func:`sim_prediction`)."""
+    """The simulator's whole result for one cell (see :func:`sim_prediction`); a rate cell's pools its replayed
+    windows (``trsim.windows.simulate_windows``: throughput the mean over them, latencies over all)."""
+    if isinstance(load, Rate):
+        raise TypeError("a rate cell's simulation replays arrival times: pass trserve.crossval.sim_open.Replay")
     policies = tuple(BatchingPolicy(threshold=b, max_batch=max_batch) for b in thresholds)
     stack = calibration.stack
     base = SimConfig(
@@ -186,38 +190,34 @@ def sim_result(
         **(stack.sim_fields() if stack is not None else {}),
     )
     config = with_traces(base, traces)
-    warmup, what = warmup_tokens(traces, load, sim_s)
+    if isinstance(load, Replay):
+        return simulate_windows(config, load.windows(), record_breakdown=True)
+    warmup = warmup_tokens(traces, load)
     sim = Simulation(config, record_trace=True)
     result = sim.run(time_s=sim_s, warmup_tokens=warmup)
     assert sim.request_times is not None
     result.extra["breakdown"] = breakdown.of_requests(sim.route_events(), sim.request_times, len(thresholds))
     if result.committed_tokens and result.committed_tokens <= warmup:
-        fix = "raise --sim-s" + (", or lower a rate far beyond capacity" if isinstance(load, Rate) else "")
         raise ConfigError(
             "sim_s",
             f"{sim_s:g} simulated seconds committed {result.committed_tokens} tokens, not past the warm-up of "
-            f"{warmup} ({what}); {fix}",
+            f"{warmup} (half the first {load} requests' outputs); raise --sim-s",
         )
     return result
 
 
-def sim_workload(load: Load, stack: StackCosts | None) -> WorkloadConfig:
+def sim_workload(load: int | Replay, stack: StackCosts | None) -> WorkloadConfig:
     """The simulator's arrivals: N closed-loop sessions, each next request the client's turnaround after the
-    previous one ended, or Poisson arrivals at the rate."""
-    if isinstance(load, Rate):
-        return WorkloadConfig(arrival="poisson", rate_per_s=load.rps)
+    previous one ended; for a rate cell open-loop arrivals at the rate, which the replayed windows' times
+    replace."""
+    if isinstance(load, Replay):
+        return WorkloadConfig(arrival="poisson", rate_per_s=load.rate.rps)
     turnaround = stack.client_turnaround_s if stack is not None else 0.0
     return WorkloadConfig(arrival="closed", concurrency=load, think_time_s=turnaround)
 
 
-def warmup_tokens(traces: Sequence[RequestTrace], load: Load, sim_s: float) -> tuple[int, str]:
-    """Tokens the simulator commits before its throughput counts, and what they are: closed loop, half the first
-    N requests' outputs; open loop, the outputs of the requests arriving in the first
-    :data:`OPEN_WARMUP_SHARE` of the run (the system fills from empty)."""
+def warmup_tokens(traces: Sequence[RequestTrace], concurrency: int) -> int:
+    """Tokens a closed-loop simulation commits before its throughput counts: half the first N requests'
+    outputs (a rate cell's warm-up is the real cell's, in seconds)."""
     lengths = [t.output_length for t in traces]
-    if isinstance(load, Rate):
-        count = max(1, round(OPEN_WARMUP_SHARE * load.rps * sim_s))
-        first = sum(lengths[k % len(lengths)] for k in range(count))
-        share = f"{OPEN_WARMUP_SHARE:.0%}"
-        return max(1, first), f"the outputs of the {count} requests arriving in the first {share}; or lower the rate"
-    return max(1, sum(lengths[:load]) // 2), f"half the first {load} requests' outputs"
+    return max(1, sum(lengths[:concurrency]) // 2)

@@ -46,6 +46,7 @@ from trserve.crossval.predict import (
     typical_extend,
 )
 from trserve.crossval.report import add_errors, drift_line, markdown_table, plot_cells, summarize
+from trserve.crossval.sim_open import Replay, scored_replay
 from trserve.crossval.stack import (
     STACK_FILE,
     StackCosts,
@@ -251,10 +252,12 @@ def predict_cells(
             model_tok_s: dict[tuple[int, ...], float | None] = dict.fromkeys(vectors)  # closed loop only
             if not isinstance(load, Rate):
                 model_tok_s |= model_predictions(stats, predictor, load, vectors, context, cap, extend)
+            sim_load = scored_replay(plan, load) if isinstance(load, Rate) else load  # the scored arrivals
             for b in vectors:
-                sim = sim_result(replay, predictor, load, b, cap, sim_s)
+                sim = sim_result(replay, predictor, sim_load, b, cap, sim_s)
                 cell = score_cell(cfg, plan, router.name, load, b, runs, scored, calibration, context, extend)
                 cell |= {"model_tok_s": model_tok_s[b], "sim_tok_s": sim.throughput_tok_s}
+                cell |= sim_load.to_dict() if isinstance(sim_load, Replay) else {}
                 cell["memory"]["sim"] = (sim.extra or {}).get("kv")
                 cell["fidelity"]["sim"] = sim_fidelity(sim, cfg.entry_model)
                 cell["fidelity"]["sim_vs_real"] = compare(cell["fidelity"]["real"], cell["fidelity"]["sim"])

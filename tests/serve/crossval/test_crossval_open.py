@@ -1,6 +1,6 @@
-"""`tokenrouter crossval --rate`: open-loop cells. Bad options, the plan's rate cells, the simulator at a rate, the
-open-loop client on a stand-in front end, the predictions and the report with rate cells beside closed-loop ones,
-and one short run on emulated engines."""
+"""`tokenrouter crossval --rate`: open-loop cells. Bad options, the plan's rate cells, the simulator replaying the
+scored repeats' arrivals, the open-loop client on a stand-in front end, the predictions and the report with rate
+cells beside closed-loop ones, and one short run on emulated engines."""
 
 from __future__ import annotations
 
@@ -17,11 +17,13 @@ from tokenrouter.commands.crossval import crossval
 from trcore.traces import RequestTrace, TraceStep
 from trserve.bench.arrivals import Arrivals, poisson
 from trserve.crossval.client import ClientWorkload
+from trserve.crossval.diagnose import add_rescaled_predictions
 from trserve.crossval.harness import CellRun, StepRecord
-from trserve.crossval.open_client import OpenClient
+from trserve.crossval.open_client import OpenClient, cell_arrivals, draw_arrivals
 from trserve.crossval.plan import Rate, default_routers, make_plan
-from trserve.crossval.predict import Calibration, sim_result
+from trserve.crossval.predict import Calibration, routing_stats, sim_result
 from trserve.crossval.report import markdown_table, summarize
+from trserve.crossval.sim_open import replay_of, scored_replay
 from trsim.latency import ConstantModel
 
 app = typer.Typer()
@@ -51,16 +53,33 @@ def test_rate_cells_run_the_given_vectors_or_every_threshold_1():
     assert make_plan(2, [4], default_routers()[:1], None).rates == ()  # closed loop as before
 
 
-def test_the_simulator_at_a_rate_below_capacity_commits_what_arrives():
-    # 8-token requests all on a 10 ms small model: at 20 requests/s it is busy a fraction of the time, so the
-    # throughput is the offered 160 tok/s (one seeded Poisson draw over 30 s) and a request takes 8 steps.
+def test_the_simulator_replays_the_scored_repeats_arrivals_over_the_cells_window():
+    # 8-token requests all on a 10 ms small model at 20 requests/s: every active request is in every step, so a
+    # request commits its 8 tokens within 90 ms of its arrival (a step in progress, then 8). Each scored repeat's
+    # draw (seeds 4 + 1, 4 + 2) is replayed over 0.5 + 3 s, its tokens counted in [0.5, 3.5) only.
     traces = [RequestTrace(f"r{k}", (TraceStep(0, 0, True),) * 8, 20, 8) for k in range(4)]
     calibration = Calibration(("a", "b"), (ConstantModel(0.010), ConstantModel(0.020)))
-    result = sim_result(traces, calibration, Rate(20.0), (1, 1), 8, 30.0)
-    assert result.throughput_tok_s == pytest.approx(20 * 8, rel=0.1)
-    assert result.num_finished == pytest.approx(20 * 30, rel=0.1)
-    assert 8 * 0.010 <= result.latency_p50_s <= result.latency_p99_s
+    plan = make_plan(2, [], default_routers()[:1], [(1, 1)], rates=[20], repeats=3, arrival_seed=4, warmup_s=0.5,
+                     measure_s=3.0)  # fmt: skip
+    replay = scored_replay(plan, Rate(20.0))
+    assert replay.seeds == (5, 6) and replay_of(replay.to_dict() | {"rate_rps": 20.0}) == replay
+    result = sim_result(traces, calibration, replay, (1, 1), 8, 30.0)  # sim_s is the closed loop's only
+    draws = [draw_arrivals(20.0, 0.5, 3.0, seed).times_s for seed in (5, 6)]
+    assert draws[0] == cell_arrivals(20.0, ClientWorkload(((1,),), 8, 0.5, 3.0), 5).times_s  # the real side's
+    for times, tok_s in zip(draws, result.extra["windows_tok_s"], strict=True):
+        inside = sum(t >= 0.5 and t + 0.09 < 3.5 for t in times)  # every token in the window
+        touching = sum(t + 0.09 >= 0.5 and t < 3.5 for t in times)  # some token in the window
+        assert 8 * inside / 3.0 <= tok_s <= 8 * touching / 3.0
+    assert result.throughput_tok_s == pytest.approx(sum(result.extra["windows_tok_s"]) / 2)
+    assert result.simulated_s == pytest.approx(2 * 3.5)
+    # Every arrival finishes, or is still running at the end: then it arrived in the window's last 90 ms.
+    backlog = result.extra["backlog_at_end"]
+    assert result.num_finished + sum(backlog) == sum(map(len, draws)) == result.num_finished + result.num_unfinished
+    assert all(n <= sum(t + 0.09 >= 3.5 for t in times) for n, times in zip(backlog, draws, strict=True))
+    assert 8 * 0.010 <= result.latency_p50_s <= result.latency_p99_s <= 0.09 + 1e-9
     assert result.extra["breakdown"]["num_requests"] == result.num_finished
+    with pytest.raises(TypeError, match="replays arrival times"):
+        sim_result(traces, calibration, Rate(20.0), (1, 1), 8, 30.0)
 
 
 class _FrontEnd:
@@ -119,7 +138,7 @@ def test_rate_cells_have_the_simulator_but_not_the_throughput_model():
     router = plan.routers[0]
     runs = [(rep, router, load, (1, 1), _run(40.0 + rep, None if load == 2 else 4.5 + rep))
             for rep in range(2) for load in plan.loads]  # fmt: skip
-    cells, *_ = predict_cells(cfg, plan, calibration, [1.0, 1.0], runs, input_runs(plan, runs), 20, print)
+    cells, _, traces, _ = predict_cells(cfg, plan, calibration, [1.0, 1.0], runs, input_runs(plan, runs), 20, print)
     closed, rate = cells
     assert closed["concurrency"] == 2 and "rate_rps" not in closed and closed["model_tok_s"] > 0
     assert rate["concurrency"] is None and rate["rate_rps"] == 5.0 and rate["offered_rps"] == 5.5
@@ -130,6 +149,11 @@ def test_rate_cells_have_the_simulator_but_not_the_throughput_model():
     assert summary["best_by_n"]["5 req/s"] == {"model": None, "sim": None}  # throughput ranks no vector at a rate
     assert summary["best_by_n"]["2"]["sim"]["matches"] and summary["sim_best_matches"] is True
     assert "| markov | 5 req/s (5.5 offered) | (1, 1) | 41.0 | – | – |" in markdown_table(cells, {"markov": summary})
+    assert rate["sim_arrivals"] == "the scored repeat's" and rate["sim_arrival_seeds"] == [1]  # repeat 1's draw
+    assert rate["sim_window_s"] == [3.0, 13.0] and "sim_arrivals" not in closed
+    stats = {"markov": routing_stats(traces["markov"], 2, 0)}
+    add_rescaled_predictions([rate], stats, traces, calibration, {"markov": (28, [0.0, 0.0])}, 8, 20)
+    assert rate["sim_rescaled_tok_s"] > 0 and rate["model_rescaled_tok_s"] is None  # the same arrivals, rescaled
     only_rates = summarize([rate])["markov"]
     assert only_rates["model_median_rel_error"] is None and only_rates["model_best_matches"] is None
     assert only_rates["sim_median_rel_error"] == rate["sim_rel_error"] and only_rates["sim_best_matches"] is None

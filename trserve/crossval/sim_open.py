@@ -1,0 +1,65 @@
+"""The simulator's load for an open-loop (rate) cell: the arrival times the real side drew for the scored repeats
+(repeat k: seed ``arrival_seed + k``, :func:`trserve.crossval.open_client.draw_arrivals`), each replayed over the
+cell's warm-up and window (``trsim.windows``), with throughput counted over the window only, as the real side
+counts it.
+
+A real window of ``measure_s`` seconds holds about ``rate x measure_s`` arrivals, off by about
+``1 / sqrt(rate x measure_s)``; replaying the very times it drew takes that sampling noise out of the throughput
+comparison. The times are an input known before the run (a seeded draw), so the prediction stays out of sample:
+routing, traces and lengths still come from the input repeat.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from trcore.errors import ConfigError
+from trserve.crossval.open_client import draw_arrivals
+from trserve.crossval.plan import CrossvalPlan, Rate
+from trsim.windows import Windows
+
+#: What a rate cell records as ``sim_arrivals``.
+SIM_ARRIVALS = "the scored repeat's"
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A rate cell's load as the simulator takes it: the rate, the seeds of the scored repeats' arrival draws, and
+    the window every draw spans (``warmup_s`` then ``measure_s``)."""
+
+    rate: Rate
+    seeds: tuple[int, ...]
+    warmup_s: float
+    measure_s: float
+
+    def windows(self) -> Windows:
+        """Each scored repeat's arrival times over its warm-up and window (latencies: every request finished by
+        the cell's end, as the real side records them)."""
+        draws = (draw_arrivals(self.rate.rps, self.warmup_s, self.measure_s, seed).times_s for seed in self.seeds)
+        return Windows(tuple(draws), self.warmup_s, self.measure_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        """What a rate cell records of the simulator's arrivals."""
+        return {
+            "sim_arrivals": SIM_ARRIVALS,
+            "sim_arrival_seeds": list(self.seeds),
+            "sim_window_s": [self.warmup_s, self.warmup_s + self.measure_s],
+        }
+
+
+def scored_replay(plan: CrossvalPlan, rate: Rate) -> Replay:
+    """The arrivals of ``plan``'s scored repeats at ``rate``: repeats 1.. with two or more repeats, else repeat 0
+    (the run is then in sample anyway)."""
+    repeats = range(1, plan.repeats) if plan.repeats >= 2 else range(1)
+    return Replay(rate, tuple(plan.arrival_seed + k for k in repeats), plan.warmup_s, plan.measure_s)
+
+
+def replay_of(cell: Mapping[str, Any]) -> Replay:
+    """The replay a written rate cell records (:meth:`Replay.to_dict`)."""
+    if "sim_arrival_seeds" not in cell:
+        raise ConfigError("cells", "a rate cell without sim_arrival_seeds (written before the simulator replayed "
+                          "the scored arrivals): run tokenrouter crossval again")  # fmt: skip
+    warmup_s, end_s = cell["sim_window_s"]
+    return Replay(Rate(cell["rate_rps"]), tuple(cell["sim_arrival_seeds"]), warmup_s, end_s - warmup_s)
