@@ -74,7 +74,7 @@ class Cell:
 @dataclass
 class OpenCell(Cell):
     """All repetitions of one (system, router, rate) of open-loop load (``rate_rps`` None: the replayed trace);
-    ``concurrency`` is 0. The routed systems carry the simulator's figures at the rate
+    ``concurrency`` is 0. The routed systems carry the simulator's figures over the windows' own arrivals
     (``trserve.bench.open_predict``)."""
 
     rate_rps: float | None = None

@@ -1,9 +1,9 @@
 """Open-loop cells of a bench run (``--rate`` / ``--arrivals``): per (system, router) server, one cell per rate (or
 the trace), ``repetitions`` windows of :func:`trserve.bench.open_loop.run_open_load` each; and their predictions,
-the simulator at the cell's Poisson rate for the routed TokenRouter systems (``trserve.bench.open_predict``).
+the simulator over the windows' own arrival times (a rate's seeded draws, or the trace) for the routed TokenRouter
+systems (``trserve.bench.open_predict``).
 
-Baselines (``lockstep``, ``per-token``, ``llm-only``, ``vllm-server``) and a replayed trace get measured figures
-only: the simulator draws Poisson arrivals, it does not replay a trace.
+Baselines (``lockstep``, ``per-token``, ``llm-only``, ``vllm-server``) get measured figures only.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from trserve.bench.cells import OpenCell
 from trserve.bench.open_loop import run_open_load
-from trserve.bench.open_predict import sim_at_rate
+from trserve.bench.open_predict import sim_at_arrivals
 from trserve.bench.servers import Started
 
 #: The routed systems the simulator predicts, and the simulator baseline each one is.
@@ -40,14 +40,11 @@ def measure(runner: Any, server: Started, system: str, router: str, table: Mappi
 
 
 def predict(runner: Any, cell: OpenCell) -> None:
-    """The simulator at ``cell``'s rate for a routed system once its router's statistics are known (set
+    """The simulator over ``cell``'s windows' arrivals for a routed system once its router's statistics are known (set
     ``latency_source`` and ``sim``; with ``--stack`` also ``sim_stack``); otherwise say why there is none."""
     state = runner.routers.get(cell.router)
     if cell.system not in SIM_BASELINE:
         cell.latency_source = "none: a baseline (measured figures only)"
-        return
-    if cell.rate_rps is None:
-        cell.latency_source = "none: a replayed trace (the simulator draws Poisson arrivals only)"
         return
     if state is None:
         return  # predicted once the router's tokenrouter-b1 cells taught its statistics
@@ -55,8 +52,9 @@ def predict(runner: Any, cell: OpenCell) -> None:
     if cell.system == "tokenrouter-readmit":
         tables, cell.latency_source = runner._readmit_tables(tables, cell.latency_source)
     plan = runner.plan
-    max_batch = plan.table_size
-    args = (state.P, state.C, tables, cell.rate_rps, plan.workload, cell.threshold_table, SIM_BASELINE[cell.system])
-    cell.sim = sim_at_rate(*args, max_batch, plan.open.seed)
+    duration_s = plan.workload.warmup_s + plan.workload.window_s
+    windows = [plan.open.arrivals(cell.rate_rps, rep, duration_s) for rep in range(len(cell.windows))]  # as sent
+    args = (state.P, state.C, tables, windows, plan.workload, cell.threshold_table, SIM_BASELINE[cell.system])
+    cell.sim = sim_at_arrivals(*args, plan.table_size, plan.open.seed)
     if plan.stack is not None:
-        cell.sim_stack = sim_at_rate(*args, max_batch, plan.open.seed, plan.stack)
+        cell.sim_stack = sim_at_arrivals(*args, plan.table_size, plan.open.seed, plan.stack)

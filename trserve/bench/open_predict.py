@@ -1,33 +1,35 @@
-"""The simulator's figures for an open-loop bench cell: the routed system at the cell's Poisson rate, with the
-routing statistics (P, C) and latency tables the closed-loop predictions read (``trserve.bench.runner``), and the
-measured figures over them.
+"""The simulator's figures for an open-loop bench cell: the routed system over each measured window's own arrival
+times, with the routing statistics (P, C) and latency tables the closed-loop predictions read
+(``trserve.bench.runner``), and the measured figures over them.
 
 The simulated system is the server's: each model's policy is the threshold table the server ran (B* by number of
 active requests, 50 ms maximum wait) or B = 1, batches capped at ``server.max_active_requests``, requests of the
-bench's lengths arriving as a Poisson process (``trsim.workload``, arrival ``poisson``). It runs
-:data:`SIM_OPEN_S` simulated seconds from empty (or the bench's run, when longer), so its figures are the rate's
-steady state rather than one draw of a short window; unlike the server it admits every arrival at once (no
-admission queue), so above capacity its latencies and backlog grow with that span, not the bench's.
+bench's lengths. Each window is replayed as it was sent (``trsim.windows``: ``--rate``'s seeded draw of that
+window, or the ``--arrivals`` trace's times) from empty over its warm-up and window, and pooled as the measured
+figures are: throughput the median over the windows of the tokens committed inside the window per second,
+latencies over the requests that finished inside a window, the backlog at each window's end. So the comparison
+carries no sampling noise of the arrivals (a fresh draw at the nominal rate is off by about
+``1 / sqrt(rate x window)``). Unlike the server the simulator admits every arrival at once (no admission queue).
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from trcore.policy import BatchingPolicy
+from trserve.bench.arrivals import Arrivals
 from trserve.bench.client import Workload
 from trserve.crossval.stack import StackCosts
 from trsim.baselines import apply_baseline
 from trsim.build import markov_config
-from trsim.driver import simulate
 from trsim.latency import TableModel
 from trsim.lengths import constant
+from trsim.windows import Windows, simulate_windows
 from trsim.workload import WorkloadConfig
 
-#: Simulated seconds of each prediction (at least the bench's own run).
-SIM_OPEN_S = 60.0
 #: The routed systems' maximum wait with a threshold table (``trserve.bench.systems``).
 MAX_WAIT_S = 0.05
 #: The figures compared, measured key -> simulator key (``trsim.metrics.SimResult``).
@@ -46,21 +48,25 @@ def policies(table: Mapping[int, Sequence[int]] | None, num_models: int, max_bat
                  for m in range(num_models))  # fmt: skip
 
 
-def sim_at_rate(P: Matrix, C: Matrix, tables: Sequence[Sequence[float]], rate: float, work: Workload,
-                table: Mapping[int, Sequence[int]] | None, baseline: str, max_batch: int, seed: int = 0,
-                stack: StackCosts | None = None) -> dict[str, Any]:  # fmt: skip
-    """The simulator's throughput, latency percentiles (seconds, from arrival) and end backlog at ``rate``."""
+def sim_at_arrivals(P: Matrix, C: Matrix, tables: Sequence[Sequence[float]], windows: Sequence[Arrivals],
+                    work: Workload, table: Mapping[int, Sequence[int]] | None, baseline: str, max_batch: int,
+                    seed: int = 0, stack: StackCosts | None = None) -> dict[str, Any]:  # fmt: skip
+    """The simulator's throughput, latency percentiles (seconds, from arrival) and backlog over ``windows`` (each
+    window's arrival times, replayed over ``work.warmup_s`` then ``work.window_s``; see the module's docstring)."""
     latency = [TableModel(list(range(1, len(t) + 1)), list(t)) for t in tables]
     prompt, output = work.lengths.dists if work.lengths is not None else (constant(16), constant(work.max_tokens))
-    arrivals = WorkloadConfig(arrival="poisson", rate_per_s=rate, prompt_tokens=prompt, output_tokens=output)
-    config = markov_config(P, C, latency, [1] * len(tables), concurrency=1, workload=arrivals, seed=seed)
+    lengths = WorkloadConfig(arrival="poisson", prompt_tokens=prompt, output_tokens=output)  # arrivals: replayed
+    config = markov_config(P, C, latency, [1] * len(tables), concurrency=1, workload=lengths, seed=seed)
     config = replace(config, policies=policies(table, len(tables), max_batch))
     if stack is not None:
         config = replace(config, **stack.sim_fields())
-    span = max(SIM_OPEN_S, work.warmup_s + work.window_s)
-    result = simulate(apply_baseline(config, baseline), time_s=span)
+    spans = Windows(tuple(w.times_s for w in windows), work.warmup_s, work.window_s, in_window=True)
+    result = simulate_windows(apply_baseline(config, baseline), spans)
     out = {key: getattr(result, sim_key) for key, sim_key in FIGURES.items()}
-    return {**out, "num_finished": result.num_finished, "backlog_at_end": result.num_unfinished, "simulated_s": span}
+    out["throughput_tok_s"] = statistics.median(result.extra["windows_tok_s"])
+    return {**out, "windows_tok_s": result.extra["windows_tok_s"], "num_finished": result.num_finished,
+            "backlog_at_end": result.extra["backlog_at_end"], "simulated_s": spans.end_s,
+            "arrivals": "each window's own"}  # fmt: skip
 
 
 def ratios(measured: Mapping[str, Any], predicted: Mapping[str, Any] | None) -> dict[str, float] | None:

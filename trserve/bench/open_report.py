@@ -93,9 +93,9 @@ def markdown(items: Sequence[dict[str, Any]]) -> str:
         out += [_row(r) for r in rows]
         predicted = [r for r in rows if r["measured_over_sim"]]
         if predicted:
-            out += ["", "Measured / simulated at the same rate (the simulator's run: "
-                    f"{predicted[0]['sim']['simulated_s']:g} s from empty):", "",
-                    "| router | system | offered / asked rate | tok/s | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | "
+            out += ["", "Measured / simulated over the same arrivals (the simulator replays each window's arrival "
+                    f"times over its {predicted[0]['sim']['simulated_s']:g} s from empty):", "",
+                    "| router | system | offered req/s | tok/s | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | "
                     "e2e p50 | e2e p99 | simulator backlog at end |", "|" + "---|" * 11]  # fmt: skip
             out += [_ratio_row(r) for r in predicted]
         out.append("")
@@ -115,8 +115,8 @@ def _row(r: dict[str, Any]) -> str:
 def _ratio_row(r: dict[str, Any]) -> str:
     ratio = r["measured_over_sim"]
     cells = " | ".join("-" if k not in ratio else f"{ratio[k]:.2f}x" for k in FIGURES)
-    offered = f"{r['offered_rps'] / r['rate_rps']:.2f}x"  # the windows' Poisson draw: throughput follows it
-    return f"| {r['router']} | {r['system']} | {offered} | {cells} | {r['sim']['backlog_at_end']} |"
+    backlog = ", ".join(map(str, r["sim"]["backlog_at_end"]))
+    return f"| {r['router']} | {r['system']} | {r['offered_rps']:.2f} | {cells} | {backlog} |"
 
 
 def _ms(v: float | None) -> str:
@@ -129,7 +129,8 @@ def _s(v: float | None) -> str:
 
 def plot(items: Sequence[dict[str, Any]], routers: Sequence[str], path: Path) -> None:
     """Per router: committed tok/s (top) and TTFT p99 (bottom) against the offered rate (measured: the windows'
-    median), one line per system; the simulator's figures dashed beside the routed systems', at the asked rate."""
+    median), one line per system; the simulator's figures (over the same arrivals) dashed beside the routed
+    systems'."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -144,7 +145,7 @@ def plot(items: Sequence[dict[str, Any]], routers: Sequence[str], path: Path) ->
             xs = [i["offered_rps"] for i in rows]
             for ax, key, scale in ((top, "throughput_tok_s", 1.0), (bottom, "ttft_p99_s", 1000.0)):
                 line = ax.plot(xs, [_scaled(i[key], scale) for i in rows], marker="o", label=system)[0]
-                sims = sorted((i["rate_rps"], _scaled(i["sim"][key], scale)) for i in rows if i["sim"])  # its own rate
+                sims = [(i["offered_rps"], _scaled(i["sim"][key], scale)) for i in rows if i["sim"]]  # same arrivals
                 if sims:
                     ax.plot(*zip(*sims, strict=True), ls="--", color=line.get_color(), label=f"{system} (simulator)")
         top.set(title=f"router {router}", xlabel="offered rate (req/s)", ylabel="throughput (committed tok/s)")

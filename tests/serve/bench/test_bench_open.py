@@ -19,10 +19,10 @@ from typer.testing import CliRunner
 from tests.serve.emulated_fixtures import emulated_config
 from tokenrouter.commands.bench import bench
 from trcore import ConfigError
-from trserve.bench.arrivals import poisson, read_trace
+from trserve.bench.arrivals import Arrivals, poisson, read_trace
 from trserve.bench.client import Workload
 from trserve.bench.open_load import OpenLoad, load_trace, parse_rates
-from trserve.bench.open_predict import policies, ratios, sim_at_rate
+from trserve.bench.open_predict import policies, ratios, sim_at_arrivals
 
 
 def refused(args: list[str]) -> str:
@@ -103,18 +103,23 @@ def test_each_window_draws_its_own_seed_and_a_trace_replays_as_it_is(tmp_path: P
         OpenLoad()
 
 
-def test_one_model_at_a_low_rate_steps_every_active_request_each_step() -> None:
-    """One model, 4 ms a step whatever the batch, B = 1, 8-token answers at 5 req/s: every active request is in
-    every step, so each token after the first takes exactly one step (TPOT 4 ms); a request arriving mid-step
-    waits for that step, then its first step: TTFT within [4, 8] ms; and the committed rate is 5 x 8 tok/s up to
-    the Poisson draw (about 300 arrivals in 60 s)."""
-    work = Workload(max_tokens=8, warmup_s=0.5, window_s=1.0)
-    sim = sim_at_rate([[1.0]], [[1.0]], [[0.004] * 4], 5.0, work, None, "tokenrouter", 64)
-    assert sim["tpot_p50_s"] == pytest.approx(0.004) and sim["tpot_p99_s"] == pytest.approx(0.004)
-    assert 0.004 - 1e-9 <= sim["ttft_p50_s"] <= sim["ttft_p99_s"] <= 0.008 + 1e-9
-    assert sim["throughput_tok_s"] == pytest.approx(40.0, rel=0.15) and sim["simulated_s"] == 60.0
-    measured = {"throughput_tok_s": 20.0, "ttft_p50_s": None, "tpot_p50_s": 0.008}
-    expected = {"throughput_tok_s": 20.0 / sim["throughput_tok_s"], "tpot_p50_s": 2.0}
+def test_the_simulator_replays_each_windows_arrivals_and_pools_them_as_measured() -> None:
+    """One model, 4 ms a step whatever the batch, B = 1, 8-token answers (8 steps), warm-up 0.25 s then a 1 s
+    window. Window 0: a request at 0.1 s (done at 0.132 s, in the warm-up), two at 0.3 s sharing their steps and one
+    at 0.9 s: 24 tokens in the window; window 1: one request at 0.2 s, done before the window opens: none. Throughput
+    is the median over the windows, latencies those of the three requests that finished inside a window."""
+    work = Workload(max_tokens=8, warmup_s=0.25, window_s=1.0)
+    windows = [Arrivals((0.1, 0.3, 0.3, 0.9), "test"), Arrivals((0.2,), "test")]
+    sim = sim_at_arrivals([[1.0]], [[1.0]], [[0.004] * 4], windows, work, None, "tokenrouter", 64)
+    assert sim["windows_tok_s"] == pytest.approx([24.0, 0.0]) and sim["throughput_tok_s"] == pytest.approx(12.0)
+    assert sim["num_finished"] == 3 and sim["backlog_at_end"] == [0, 0] and sim["simulated_s"] == 1.25
+    for name, value in (("ttft", 0.004), ("tpot", 0.004), ("e2e", 0.032)):
+        assert sim[f"{name}_p50_s"] == pytest.approx(value) and sim[f"{name}_p99_s"] == pytest.approx(value), name
+    # A request at 1.231 s has 4 of its tokens in by the window's end (1.25 s) and is the backlog.
+    cut = sim_at_arrivals([[1.0]], [[1.0]], [[0.004] * 4], [Arrivals((1.231,), "test")], work, None, "b1", 64)
+    assert cut["backlog_at_end"] == [1] and cut["num_finished"] == 0 and cut["windows_tok_s"] == pytest.approx([4.0])
+    measured = {"throughput_tok_s": 6.0, "ttft_p50_s": None, "tpot_p50_s": 0.008}
+    expected = {"throughput_tok_s": 0.5, "tpot_p50_s": 2.0}
     assert ratios(measured, sim) == pytest.approx(expected)
     assert ratios(measured, None) is None
 
@@ -176,14 +181,17 @@ def test_a_poisson_bench_measures_every_system_and_predicts_the_routed_ones(tmp_
             assert run["sim"] is None and run["latency_source"].startswith("none: a baseline"), run
             continue
         assert run["latency_source"] == "emulated latencies (the config's)"
-        assert run["sim"]["throughput_tok_s"] > 0 and run["sim"]["simulated_s"] == 60.0
+        sim = run["sim"]  # each window's own draw replayed over its warm-up and window
+        assert sim["throughput_tok_s"] > 0 and sim["simulated_s"] == WARMUP_S + WINDOW_S
+        assert len(sim["windows_tok_s"]) == len(sim["backlog_at_end"]) == REPETITIONS
+        assert sim["arrivals"] == "each window's own" and 0 < sim["num_finished"] <= sum(sent)
         assert set(run["measured_over_sim"]) == {"throughput_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
                                                  "tpot_p99_s", "e2e_p50_s", "e2e_p99_s"}  # fmt: skip
     assert runs["tokenrouter"]["threshold_table"].keys() == {"1", "4", "8", "16"}
     assert runs["tokenrouter-b1"]["threshold_table"] is None
     md = bench_run["md"]
     # A table of measured figures, and one of measured / simulated for the two routed systems.
-    assert "### Poisson 20 req/s" in md and "Measured / simulated at the same rate" in md
+    assert "### Poisson 20 req/s" in md and "Measured / simulated over the same arrivals" in md
     assert md.count("| markov | tokenrouter") == 4 and md.count("| none | llm-only |") == 1
 
 
@@ -192,10 +200,16 @@ def test_a_trace_is_replayed_in_every_window_up_to_the_windows_end(tmp_path: Pat
     times = [0.0, 0.1, 0.2, 0.35, 0.5, 0.5, 0.8, 1.0, 1.25, 1.29, 1.31, 2.0]  # the run ends at 1.3 s
     path = tmp_path / "arrivals.json"
     path.write_text(json.dumps(times))
-    doc = run_bench(tmp_path, "--systems", "llm-only", "--arrivals", str(path))["doc"]
-    (run,) = doc["open_runs"]
-    assert run["load"] == "trace" and run["rate_rps"] is None and run["sim"] is None
-    assert doc["settings"]["load"]["times_s"] == times
-    check_measured(run, [10] * REPETITIONS)  # the arrivals before 1.3 s
-    assert run["arrivals"] == [{"source": "trace arrivals.json", "num_arrivals": 12}] * REPETITIONS
-    assert all(rate > 0 for rate in run["offered_rps_windows"])
+    doc = run_bench(tmp_path, "--systems", "tokenrouter-b1,llm-only", "--arrivals", str(path))["doc"]
+    runs = {r["system"]: r for r in doc["open_runs"]}
+    assert doc["settings"]["load"]["times_s"] == times and set(runs) == {"tokenrouter-b1", "llm-only"}
+    for run in runs.values():
+        assert run["load"] == "trace" and run["rate_rps"] is None
+        check_measured(run, [10] * REPETITIONS)  # the arrivals before 1.3 s
+        assert run["arrivals"] == [{"source": "trace arrivals.json", "num_arrivals": 12}] * REPETITIONS
+        assert all(rate > 0 for rate in run["offered_rps_windows"])
+    assert runs["llm-only"]["sim"] is None  # a baseline
+    sim = runs["tokenrouter-b1"]["sim"]  # the trace's times replayed in every window, up to its end
+    assert sim["throughput_tok_s"] > 0 and len(sim["windows_tok_s"]) == REPETITIONS
+    assert 0 < sim["num_finished"] + sum(sim["backlog_at_end"]) <= 10 * REPETITIONS
+    assert "throughput_tok_s" in runs["tokenrouter-b1"]["measured_over_sim"]
