@@ -56,7 +56,7 @@ def crossval(
     drift_probe: str = typer.Option(
         "auto", "--drift-probe", help="Time engines alone or serving (both stepping); auto: serving on a shared CPU."
     ),
-    sim_s: float = typer.Option(120.0, "--sim-s", help="Simulated seconds per cell."),
+    sim_s: float = typer.Option(120.0, "--sim-s", help="Simulated seconds per closed-loop cell."),
     profiles: Path | None = typer.Option(
         None, "--profiles", help="Profile folder [calibration/profiles/<hardware-tag>]."
     ),
