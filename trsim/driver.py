@@ -19,7 +19,7 @@ import simpy
 from simpy.core import EmptySchedule, StopSimulation
 from simpy.events import NORMAL, Event, Timeout
 
-from trcore import CLIENT, Batch, ConfigError, InfeasibleError, PeerReq, Request, RouteEvent, Subserver
+from trcore import CLIENT, Batch, ConfigError, InfeasibleError, PeerReq, Request, Subserver
 from trcore.replicas import ReplicaTable
 from trsim.adaptive import AdaptiveDriving
 from trsim.baselines import PerTokenLatency
@@ -27,6 +27,7 @@ from trsim.chrome import StepRecord
 from trsim.clock import LATE, TICKS_PER_S, cost_ticks, fire, to_ticks
 from trsim.config import SimConfig
 from trsim.driver_memory import MemoryDriving
+from trsim.driver_results import ResultReporting
 from trsim.driver_thresholds import ThresholdDriving
 from trsim.kv import KVRecorder
 from trsim.latency import PrefixCachedModel
@@ -39,7 +40,7 @@ from trsim.workload import PREFIX_KEY, WorkloadRunner
 _token_ids = attrgetter("token_ids")
 
 
-class Simulation(MemoryDriving, ThresholdDriving):
+class Simulation(MemoryDriving, ThresholdDriving, ResultReporting):
     """One simulated run of a configured system. Build, then :meth:`run` once.
 
     With replicas (``config.replicas``) every (model, replica) is a subserver of its own (``subservers[p]``, process
@@ -98,10 +99,6 @@ class Simulation(MemoryDriving, ThresholdDriving):
         self._stopped = False
         for p in range(table.num_procs):
             self.env.process(self._model_process(p))
-
-    def route_events(self) -> list[RouteEvent]:
-        """Every model's recorded routing events (empty without ``record_trace``)."""
-        return [event for sub in self.subservers for event in sub.trace or ()]
 
     # -- the driver interface the workload uses -------------------------------------------------------
     def now_s(self) -> float:
@@ -282,37 +279,6 @@ class Simulation(MemoryDriving, ThresholdDriving):
         if self.workload.is_exhausted and self.num_active == 0 and not self._holds_to_limit:
             self._stop()
 
-    def _first_token_time(self, rid: str, batch: tuple[Request, ...], now: float) -> float:
-        """The earliest first commit among the request's records (one per model it visited); asked once per
-        request at its end rather than tracked every step."""
-        records = [r for r in batch if r.spec.request_id == rid]
-        records += [sub.requests[rid] for sub in self.subservers if rid in sub.requests]
-        times = [r.first_token_time for r in records if r.first_token_time is not None]
-        return min(times, default=now)
-
-    def _set_active(self, count: int, request_id: str) -> None:
-        """``count`` requests are active; ``request_id`` is the one that arrived or finished. A subserver's count
-        is the system's, or with replicas the requests pinned to it."""
-        lowered = count < self.num_active
-        self.num_active = count
-        if self.adaptive is not None:
-            self.adaptive.set_active(count, self.now_s())
-        pins = self._pins.get(request_id)
-        if pins is None:
-            for p, sub in enumerate(self.subservers):
-                sub.num_active = count
-                if lowered and sub.num_ready:  # a smaller system may lower the threshold in force
-                    self._wake_model(p)
-            return
-        step = -1 if lowered else 1
-        for model, replica in enumerate(pins):
-            p = self.table.proc(model, replica)
-            self.pinned[p] += step
-            sub = self.subservers[p]
-            sub.num_active = self.pinned[p]
-            if lowered and sub.num_ready:
-                self._wake_model(p)
-
     def _idle(self, m: int) -> Event:
         event = Event(self.env)
         self._wake[m] = event
@@ -328,29 +294,6 @@ class Simulation(MemoryDriving, ThresholdDriving):
         if event is not None:
             self._wake[m] = None
             fire(self.env, event, LATE)
-
-    def _result(self, wall_s: float) -> SimResult:
-        end = self.env.now
-        tokens0, tick0 = self._warmup or (self.committed, end)
-        result = self.stats.summarize(
-            committed=self.committed,
-            measured_tokens=self.committed - tokens0,
-            measured_s=(end - tick0) / TICKS_PER_S,
-            simulated_s=end / TICKS_PER_S,
-            wall_s=wall_s,
-            num_unfinished=self.num_active,
-            ticks_per_s=TICKS_PER_S,
-        )
-        if self.table.has_replicas:  # steps per (model, replica), in process order
-            steps = zip(self.table.procs, self.stats.proc_steps, strict=True)
-            result.extra["replica_steps"] = [[m, r, n] for (m, r), n in steps]
-        if self.kv is not None:
-            result.extra["kv"] = self._kv_summary(end)
-        if self.phasing is not None:
-            result.extra["phases"] = self.phasing.records
-        if self.adaptive is not None:
-            result.extra["switches"] = self.adaptive.switch_records()
-        return result
 
 
 def simulate(

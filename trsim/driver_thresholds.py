@@ -1,10 +1,11 @@
 """The simulator driver's side of changing thresholds during a run, mixed into :class:`trsim.driver.Simulation`:
 a new vector reaches every subserver's policy (the adaptive controller's switches, an oracle's phase vectors) and
-takes effect at each model's next launch, a step boundary; nothing in flight is restarted or re-routed."""
+takes effect at each model's next launch, a step boundary; nothing in flight is restarted or re-routed. Also the
+active count the threshold tables key on, kept on every subserver (or per replica, the requests pinned to it)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trcore.adaptive import policy_for_vector
 
@@ -20,9 +21,39 @@ class ThresholdDriving:
     config: SimConfig
     subservers: list[Subserver]
     table: ReplicaTable
+    num_active: int
+    adaptive: Any
+    pinned: list[int]
+    _pins: dict[str, tuple[int, ...]]
 
     def _wake_model(self, m: int) -> None:
         raise NotImplementedError
+
+    def now_s(self) -> float:
+        raise NotImplementedError
+
+    def _set_active(self, count: int, request_id: str) -> None:
+        """``count`` requests are active; ``request_id`` is the one that arrived or finished. A subserver's count
+        is the system's, or with replicas the requests pinned to it."""
+        lowered = count < self.num_active
+        self.num_active = count
+        if self.adaptive is not None:
+            self.adaptive.set_active(count, self.now_s())
+        pins = self._pins.get(request_id)
+        if pins is None:
+            for p, sub in enumerate(self.subservers):
+                sub.num_active = count
+                if lowered and sub.num_ready:  # a smaller system may lower the threshold in force
+                    self._wake_model(p)
+            return
+        step = -1 if lowered else 1
+        for model, replica in enumerate(pins):
+            p = self.table.proc(model, replica)
+            self.pinned[p] += step
+            sub = self.subservers[p]
+            sub.num_active = self.pinned[p]
+            if lowered and sub.num_ready:
+                self._wake_model(p)
 
     def apply_thresholds(self, thresholds: tuple[int, ...]) -> None:
         """A new threshold vector on every subserver (tables dropped), each policy knowing its peers' slack so
