@@ -13,7 +13,8 @@ end and the client, every step meets the others' work (on the 2-core machine the
 0.56x their profiles while serving, against 0.54x / 0.55x alone). A ``serving`` probe (``placement``; the
 default ``auto`` picks it where the engines compute on the stack's CPUs) runs the config's own routing instead,
 every engine stepping and the front end streaming at the same concurrencies, and reads the same decode steps from
-that; a model the routing leaves fewer than :data:`MIN_SERVING_STEPS` decode steps is timed alone as well. On GPUs
+that, and the steps that append a hand-off's few tokens where the profile prices appended tokens (R2R's large model
+makes no other); a model left with fewer than :data:`MIN_SERVING_STEPS` such steps is timed alone as well. On GPUs
 (each engine on its own devices) ``auto`` keeps the alone probe.
 """
 
@@ -44,23 +45,30 @@ PROBE_CONCURRENCIES = (1, 2, 4)
 PROBE_PLACEMENTS: tuple[str, ...] = get_args(DriftProbePlacement)
 #: A serving probe that leaves a model fewer decode steps than this times that model alone as well.
 MIN_SERVING_STEPS = 20
+#: A serving probe also reads steps that append up to this many tokens per request on average (hand-offs).
+MAX_APPEND_PER_REQUEST = 8
 PROBE_WARMUP_S = 0.5
 PROBE_MEASURE_S = 2.0
 PROBE_MAX_TOKENS = 32
 
 
 def step_ratios(
-    steps: Sequence[StepRecord], calibration: Calibration, context: int, num_models: int
+    steps: Sequence[StepRecord], calibration: Calibration, context: int, num_models: int, appends: bool = False
 ) -> DriftMeasurement:
     """Per model: median ratio of observed to profile step time over pure decode steps (every request fed one
     token) at ``context`` tokens per request, the median per batch size, and how many steps it rests on (a model
-    with no such step gets ratio 1.0 and 0 steps)."""
+    with no such step gets ratio 1.0 and 0 steps). With ``appends``, steps that also read a few tokens per request
+    (at most :data:`MAX_APPEND_PER_REQUEST` on average: a hand-off's, not a prompt's) count too where the model's
+    profile prices them, each against the profile at its fed tokens."""
     ratios, per_batch, counts = [], [], []
     for m in range(num_models):
+        latency = calibration.latency[m]
+        limit = MAX_APPEND_PER_REQUEST if appends and getattr(latency, "prices_extend", False) else 0
         by_batch: dict[int, list[float]] = {}
         for s in steps:
-            if s.model == m and s.batch_size > 0 and s.num_new_tokens == s.batch_size:
-                predicted = float(calibration.latency[m].predict(s.batch_size, s.batch_size * context, 0))
+            extend = s.num_new_tokens - s.batch_size
+            if s.model == m and s.batch_size > 0 and 0 <= extend <= limit * s.batch_size:
+                predicted = float(latency.predict(s.batch_size, s.batch_size * context, extend))
                 by_batch.setdefault(s.batch_size, []).append(s.step_s / predicted)
         every = [r for rs in by_batch.values() for r in rs]
         ratios.append(statistics.median(every) if every else 1.0)
@@ -132,7 +140,7 @@ async def measure_on(
     ``serving`` (:func:`probe_steps`); the measurement records which."""
     context = probe_context(workload)
     steps = await probe_steps(frontend, workload, num_models, max_batch, serving)
-    measured = step_ratios(steps, calibration, context, num_models)
+    measured = step_ratios(steps, calibration, context, num_models, appends=serving is not None)
     if serving is None:
         return measured
     rare = [m for m, n in enumerate(measured.num_steps) if n < MIN_SERVING_STEPS]

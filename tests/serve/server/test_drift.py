@@ -190,3 +190,28 @@ def test_a_serving_probe_times_every_engine_while_all_step(tmp_path: Path, monke
         assert measured.placement == placement
         assert all(n >= probe_module.MIN_SERVING_STEPS for n in measured.num_steps), measured
         assert all(1.45 <= r <= 4.0 for r in measured.ratios), measured.ratios
+
+
+def test_a_serving_probe_reads_hand_off_appends_where_the_profile_prices_them() -> None:
+    from trserve.crossval.drift import step_ratios
+    from trserve.crossval.harness import StepRecord
+    from trserve.crossval.predict import Calibration
+
+    class Latency:
+        def __init__(self, prices: bool) -> None:
+            self.prices_extend = prices
+
+        def predict(self, batch: int, context: int, extend: int) -> float:
+            return 0.02 + 0.001 * batch + 1e-6 * context + 0.0005 * extend
+
+    calibration = Calibration(("a", "b"), (Latency(False), Latency(True)))
+    at = {(b, e): Latency(True).predict(b, b * 50, e) for b in (1, 2) for e in (0, 4, 39)}
+    steps = [
+        StepRecord(0.0, 1, 2, 1.2 * at[2, 4], 6),  # a hand-off's append: 2 tokens per request
+        StepRecord(0.0, 1, 1, 1.2 * at[1, 39], 40),  # a prompt's prefill: left out
+        StepRecord(0.0, 0, 2, 1.5 * at[2, 4], 6),  # model 0's profile does not price appends: left out
+        StepRecord(0.0, 0, 1, 1.1 * Latency(False).predict(1, 50, 0), 1),
+    ]
+    serving = step_ratios(steps, calibration, 50, 2, appends=True)
+    assert serving.ratios == [pytest.approx(1.1), pytest.approx(1.2)] and serving.num_steps == [1, 1]
+    assert step_ratios(steps, calibration, 50, 2).num_steps == [1, 0]  # alone: pure decode steps only
