@@ -58,7 +58,7 @@ SAMPLES = [
     messages.Failed("c", "boom"),
     crossval_messages.Reconfigure(3, BatchingPolicy(2, {4: 3}, 0.02, 8, 1), ProgramChoice.of("markov", MARKOV), True),
     crossval_messages.Reconfigure(4),
-    crossval_messages.TraceDump(1, 4, [("r1", 1, 0, True, 12.5)], 2),
+    crossval_messages.TraceDump(1, 4, [("r1", 1, 0, True, 12.5, 12.49)], 2),
 ]
 
 

@@ -1,6 +1,6 @@
 """A KV cache smaller than the parked sessions need: every request is answered with the tokens the reference
-loop gives (transformers, every token recomputed from the whole sequence), the core really spilled or
-preempted, and nothing stays held afterwards."""
+loop gives (transformers, every token recomputed from the whole sequence), the core really spilled, preempted or
+held newcomers back for memory, and nothing stays held afterwards."""
 
 from __future__ import annotations
 
@@ -36,8 +36,9 @@ def test_oversubscribed_cache_answers_everything_as_the_reference(vllm_small_kv_
     state = wait_idle(server)
     assert state["in_flight"] == 0
     after = memory_of(server)
-    evicted = [
-        a["spilled"] + a["preempted"] - b["spilled"] - b["preempted"] for a, b in zip(after, before, strict=True)
-    ]
-    assert evicted[0] > 0  # 24 requests of 2 blocks on a 17-block cache: the large model had to give some up
+    events = ("spilled", "preempted", "admission_waits")
+    pressed = [sum(a[e] - b[e] for e in events) for a, b in zip(after, before, strict=True)]
+    # 24 requests of 2 blocks on a 17-block cache: the large model had to give some up, or (when they arrive
+    # spread out, as on a loaded machine) hold newcomers back until blocks were free.
+    assert pressed[0] > 0, after
     assert all(m["blocks_used"] == 0 for m in after)  # the core's ledger is empty again
