@@ -144,9 +144,14 @@ def summarize(breakdowns: Sequence[Breakdown], num_models: int) -> dict[str, Any
     }
 
 
+def breakdowns(events: Iterable[RouteEvent], times: Mapping[str, RequestTimes], num_models: int) -> list[Breakdown]:
+    """:func:`breakdown` of every request in ``times`` with steps in ``events``."""
+    return [breakdown(t, num_models) for t in timelines_from(events, times)]
+
+
 def of_requests(events: Iterable[RouteEvent], times: Mapping[str, RequestTimes], num_models: int) -> dict[str, Any]:
     """:func:`summarize` of every request in ``times`` with steps in ``events``."""
-    return summarize([breakdown(t, num_models) for t in timelines_from(events, times)], num_models)
+    return summarize(breakdowns(events, times, num_models), num_models)
 
 
 def compare(real: Mapping[str, Any], sim: Mapping[str, Any]) -> dict[str, float]:

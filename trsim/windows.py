@@ -86,8 +86,7 @@ def _breakdowns(sim: Simulation, between: tuple[float, float]) -> list[breakdown
     """Per-request breakdowns of the run's requests that finished in ``between``."""
     assert sim.request_times is not None
     times = {rid: t for rid, t in sim.request_times.items() if between[0] <= t[2] <= between[1]}
-    n = sim.config.num_models
-    return [breakdown.breakdown(t, n) for t in breakdown.timelines_from(sim.route_events(), times)]
+    return breakdown.breakdowns(sim.route_events(), times, sim.config.num_models)
 
 
 def _pooled(

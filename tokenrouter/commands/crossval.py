@@ -152,14 +152,12 @@ def _loads(
 ) -> tuple[list[int], tuple[float, ...]]:
     """The closed-loop concurrencies and the open-loop rates the options ask for (one kind, not both)."""
     from trcore.errors import ConfigError
-    from trserve.bench.open_load import parse_rates
+    from trserve.bench.open_load import rate_options
 
     if concurrency is not None and rate is not None:
         raise ConfigError("--rate", "sets the open loop; --concurrency the closed loop: give one of them")
-    if arrival_seed is not None and rate is None:
-        raise ConfigError("--arrival-seed", "seeds the Poisson arrivals of --rate; give --rate too")
-    if rate is not None:
-        return [], parse_rates(rate)
+    if rates := rate_options(rate, arrival_seed):
+        return [], rates
     return opt.parse_ints(concurrency or "1,2,4,8", "--concurrency"), ()
 
 

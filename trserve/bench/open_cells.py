@@ -50,7 +50,7 @@ def predict(runner: Any, cell: OpenCell) -> None:
         return  # predicted once the router's tokenrouter-b1 cells taught its statistics
     tables, cell.latency_source = state.tables, state.latency_source
     if cell.system == "tokenrouter-readmit":
-        tables, cell.latency_source = runner._readmit_tables(tables, cell.latency_source)
+        tables, cell.latency_source = runner.readmit_tables(tables, cell.latency_source)
     plan = runner.plan
     duration_s = plan.workload.warmup_s + plan.workload.window_s
     windows = [plan.open.arrivals(cell.rate_rps, rep, duration_s) for rep in range(len(cell.windows))]  # as sent

@@ -78,15 +78,21 @@ def load_trace(path: Path, warmup_s: float, window_s: float) -> Arrivals:
     return trace
 
 
+def rate_options(rate: str | None, seed: int | None) -> tuple[float, ...]:
+    """``--rate`` and ``--arrival-seed`` (bench and crossval): the rates, none without ``--rate``; a seed without
+    rates is refused."""
+    if seed is not None and rate is None:
+        raise ConfigError("--arrival-seed", "seeds the Poisson arrivals of --rate; give --rate too")
+    return parse_rates(rate) if rate is not None else ()
+
+
 def open_load(rate: str | None, arrivals: Path | None, seed: int | None, warmup_s: float,
               window_s: float) -> OpenLoad | None:  # fmt: skip
     """The bench's open-loop load from its options, or None for the closed loop (neither option given)."""
     if rate is not None and arrivals is not None:
         raise ConfigError("--arrivals", "replays a trace; --rate draws Poisson arrivals: give one of them")
-    if seed is not None and rate is None:
-        raise ConfigError("--arrival-seed", "seeds the Poisson arrivals of --rate; give --rate too")
-    if rate is not None:
-        return OpenLoad(rates=parse_rates(rate), seed=0 if seed is None else seed)
+    if rates := rate_options(rate, seed):
+        return OpenLoad(rates=rates, seed=0 if seed is None else seed)
     if arrivals is not None:
         return OpenLoad(trace=load_trace(arrivals, warmup_s, window_s))
     return None

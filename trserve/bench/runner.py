@@ -175,7 +175,7 @@ class BenchRunner:
             return
         tables, cell.latency_source = state.tables, state.latency_source
         if cell.system == "tokenrouter-readmit":
-            tables, cell.latency_source = self._readmit_tables(tables, cell.latency_source)
+            tables, cell.latency_source = self.readmit_tables(tables, cell.latency_source)
         P, C, thresholds = self._routing(cell)
         baseline = _SIM_BASELINE[cell.system]
         cell.predicted_model = predict.model_prediction(P, C, tables, n, thresholds)
@@ -256,7 +256,7 @@ class BenchRunner:
         )
         self._diagnose(cell, *self._routing(cell))
 
-    def _readmit_tables(self, tables: list[list[float]], source: str) -> tuple[list[list[float]], str]:
+    def readmit_tables(self, tables: list[list[float]], source: str) -> tuple[list[list[float]], str]:
         """Profile latencies with re-admission's recompute: half a KV block per request per step (the partial
         last block is not prefix-cached); the session tables when no profile exists."""
 

@@ -34,7 +34,7 @@ from trserve.frontend.book import FrontEnd
 from trserve.runtime.messages import StepReport
 from trserve.server.launch import Launcher
 from trserve.server.serve import resolve, start_frontend
-from trsim.breakdown import Breakdown, breakdown, timelines_from
+from trsim.breakdown import Breakdown, breakdowns
 
 #: Names model ``m``'s routing program for a cell (its worker builds a fresh instance: routers hold RNG state).
 ProgramFactory = Callable[[int], ProgramChoice]
@@ -203,7 +203,7 @@ async def run_cell(
         full_length_ids=frozenset(client.full_length),
         latencies=[client.timings[rid] for rid in sorted(full) if rid in client.timings],
         turnarounds=turnarounds(events, client),
-        breakdowns=[breakdown(t, num_models) for t in timelines_from(events, times)],
+        breakdowns=breakdowns(events, times, num_models),
         offered_rps=load.rate_rps(*(t - start for t in window)) if isinstance(load, Arrivals) else None,
     )
 
