@@ -183,7 +183,6 @@ def test_small_bench_runs_every_system_on_real_engines(tmp_path: Path, prepared_
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((out / "bench.json").read_text())
     assert {r["system"] for r in doc["runs"]} == set(SYSTEMS)
-    by_system = {r["system"]: r for r in doc["runs"]}
     # No speed comparison between systems here: a 1.5 s window on a shared machine is too noisy for one (the CI run
     # of bf587e9 saw lockstep 1% above tokenrouter-b1); the committed bench compares them (docs/bench/bench.json).
     for run in doc["runs"]:
