@@ -30,11 +30,16 @@ import yaml
 
 from trserve import eventloop
 from trserve.bench.client import Workload
-from trserve.bench.phased import phases_from_scenario, run_phased_load
+from trserve.bench.phased import PhasedRun, phase_starts, phases_from_scenario, run_phased
 from trserve.bench.requests import Lengths
+from trserve.bench.switch_tails import tails_after_switches
+from trserve.config import ServeConfig
+from trserve.server.defaults import DEFAULT_CONFIG
 from trserve.server.process import ServerProcess
-from trsim.adaptive import oracle_thresholds
+from trserve.server.thresholds import load_profile
+from trsim.adaptive import oracle_thresholds, predicted_over_oracle
 from trsim.driver import simulate
+from trsim.profile import latency_from_profile
 from trsim.scenario import load_scenario, scenario_config
 
 
@@ -54,15 +59,66 @@ def serve_config(latency_ms: list[list[float]], names: list[str], thresholds: An
             "params": {}}, "batching": batching, "server": {"max_active_requests": 64}}  # fmt: skip
 
 
-def run_strategy(config: dict, phases: list, work: Workload, tmp: Path, name: str) -> list[dict[str, Any]]:
+def vllm_config(thresholds: Any, knobs: dict[str, Any]) -> dict:
+    """The default local pair (real vLLM engines, one core each) routed by each request's schedule."""
+    config = ServeConfig.model_validate(DEFAULT_CONFIG).model_dump(mode="json")
+    config["router"] = {"program": "schedule", "params": {}}
+    config["batching"] |= {"thresholds": thresholds, "max_wait_ms": 20.0}
+    if thresholds == "adaptive":
+        config["batching"]["adaptive"] |= knobs
+    config["server"]["max_active_requests"] = 64
+    return config
+
+
+def profile_latencies() -> tuple[Any, ...]:
+    """The local pair's calibration profiles of this machine, as the simulator's latency models (what offline
+    ``auto`` solves on; the adaptive server itself reads none)."""
+    cfg = ServeConfig.model_validate(DEFAULT_CONFIG)
+    return tuple(latency_from_profile(load_profile(cfg, m)) for m in range(cfg.num_models))
+
+
+def run_strategy(config: dict, phases: list, work: Workload, tmp: Path, name: str,
+                 vectors: list | None = None) -> PhasedRun:  # fmt: skip
+    """One strategy on its own server; ``vectors``: set each phase's vector at its start (the oracle)."""
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
     server = ServerProcess(path)
     server.start(timeout_s=300)
+
+    async def switch(client: Any, k: int) -> None:
+        assert vectors is not None
+        (await client.put("/admin/thresholds", json={"thresholds": list(vectors[k])})).raise_for_status()
+
     try:
-        return eventloop.run(run_phased_load(server.url, phases, work))
+        return eventloop.run(run_phased(server.url, phases, work, switch if vectors else None))
     finally:
         server.stop()
+
+
+def adaptive_record(run: PhasedRun, phases: list, plain: Any, knobs: Any, bstar: list) -> dict[str, Any]:
+    """What the controller did on the stack: switches on the run's clock, the vector at each phase's end against
+    the oracle's (predicted on the phase's calibrated inputs; phase 0 is learnt from nothing), how long after each
+    phase's start its final vector came into force, TPOT tails after each switch, and the controller's CPU."""
+    before, after = run.adaptive_before or {}, run.adaptive_after or {}
+    times, bounds = run.switch_times(), phase_starts(phases)
+    switches = [{"time_s": t, "new": s["new"], "predicted_gain": s["predicted_gain"]}
+                for t, s in zip(times, after.get("switches", []), strict=True)]  # fmt: skip
+    final = [p["thresholds"] for p in run.phases]
+    settle = []  # from the phase's start to the last switch into its final vector (0: in force throughout)
+    for k, vector in enumerate(final):
+        mine = [s for s in switches if bounds[k] <= s["time_s"] < bounds[k + 1]]
+        landed = [s["time_s"] - bounds[k] for s in mine if s["new"] == vector]
+        settle.append(landed[-1] if landed else 0.0)
+    cpu_s = after.get("cpu_s", 0.0) - before.get("cpu_s", 0.0)
+    ran_s = after.get("now_s", 0.0) - before.get("now_s", 0.0)
+    return {
+        "switches": switches, "final_thresholds": final, "oracle_thresholds": [list(b) for b in bstar],
+        "predicted_over_oracle": predicted_over_oracle(plain, plain.phases, knobs, final),
+        "settle_s": settle, "switches_per_phase": [sum(bounds[k] <= s["time_s"] < bounds[k + 1] for s in switches)
+                                                   for k in range(len(phases))],
+        "tpot_after_switches": tails_after_switches(phases, [r for _, r in run.requests], run.start, times),
+        "controller_cpu_s": cpu_s, "controller_core_fraction": cpu_s / ran_s if ran_s > 0 else None,
+    }  # fmt: skip
 
 
 def simulate_strategies(plain: Any, adaptive: Any, phases: tuple, bstar: list) -> dict[str, list[float]]:
@@ -88,11 +144,18 @@ def main(argv: list[str] | None = None) -> int:
         "hand-off share stays within the server's 4,096-byte routing_extra)",
     )  # fmt: skip
     parser.add_argument("--out", default="docs/bench-emulated/adaptive/adaptive-stack.json")
+    parser.add_argument(
+        "--backend", choices=("emulated", "vllm"), default="emulated",
+        help="emulated: engines at the scenario's latency tables; vllm: the local pair on this machine (B* and the "
+        "simulator then use its calibration profiles instead of the scenario's tables)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if not args.scale_s > 0 or not args.length_scale > 0:
         parser.error("--scale-s and --length-scale must be > 0")
     spec = load_scenario(args.scenario)
     tuned = scenario_config(spec, Path(args.scenario).parent, adaptive=True)
+    if args.backend == "vllm":
+        tuned = replace(tuned, latency=profile_latencies())
     plain = replace(tuned, adaptive=None)
     assert tuned.adaptive is not None
     knobs = tuned.adaptive.controller
@@ -109,18 +172,32 @@ def main(argv: list[str] | None = None) -> int:
     knob_dict = spec.adaptive.model_dump(exclude={"solve_delay_s", "seed"})  # the server's knobs of the same names
     strategies = {"adaptive": "adaptive", "b1": [1] * plain.num_models}
     strategies |= {f"static {list(b)}": list(b) for b in dict.fromkeys(bstar) if list(b) != [1] * plain.num_models}
+    latency_source = "the scenario's tables" if args.backend == "emulated" else "calibration profiles of this machine"
     doc: dict[str, Any] = {
         "command": " ".join(["python", "benchmarks/adaptive_stack.py", *(argv or sys.argv[1:])]),
-        "inputs": f"this run: {args.scenario} (latency tables, routing, concurrency, controller knobs), phases x "
-                  f"{args.scale_s}, bench lengths short-reasoning x {args.length_scale}; B* by the throughput model",
+        "inputs": f"this run: {args.scenario} (routing, concurrency, controller knobs; latency: {latency_source}), "
+                  f"phases x {args.scale_s}, bench lengths short-reasoning x {args.length_scale}; B* by the throughput "
+                  f"model", "backend": args.backend,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load_1min_before": os.getloadavg()[0],
         "bstar": [list(b) for b in bstar], "phases": [{"duration_s": p.duration_s, "concurrency": p.concurrency,
                                                        "P": p.routing[0]} for p in phases], "stack": {},
     }  # fmt: skip
+    if len(dict.fromkeys(bstar)) > 1:  # the oracle proper: each phase's B* set at its start
+        strategies["oracle"] = list(bstar[0])
     with tempfile.TemporaryDirectory() as tmp:
         for name, thresholds in strategies.items():
-            config = serve_config(latency_lists(plain), names, thresholds, knob_dict)
-            doc["stack"][name] = run_strategy(config, phases, work, Path(tmp), name.replace(" ", ""))
+            if args.backend == "vllm":
+                config = vllm_config(thresholds, knob_dict)
+            else:
+                config = serve_config(latency_lists(plain), names, thresholds, knob_dict)
+            vectors = bstar if name == "oracle" else None
+            run = run_strategy(config, phases, work, Path(tmp), name.replace(" ", ""), vectors)
+            doc["stack"][name] = run.phases
+            if name == "oracle":
+                for phase, b in zip(run.phases, bstar, strict=True):
+                    phase["thresholds"] = list(b)
+            if name == "adaptive":
+                doc["adaptive"] = adaptive_record(run, phases, plain, knobs, bstar)
             print(name, [round(p["throughput_tok_s"], 1) for p in doc["stack"][name]], flush=True)
     doc["finished"], doc["load_1min_after"] = time.strftime("%Y-%m-%dT%H:%M:%S%z"), os.getloadavg()[0]
     doc["sim"] = simulate_strategies(plain, replace(tuned, phases=scaled), scaled, bstar)
@@ -135,10 +212,15 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
     """Per phase: the adaptive run's tok/s over the best static one measured there (the oracle's estimate) and
     over B = 1, on the stack and in the simulator (there over the oracle proper)."""
     stack = {n: [p["throughput_tok_s"] for p in runs] for n, runs in doc["stack"].items()}
-    statics = [v for n, v in stack.items() if n != "adaptive"]
+    statics = [v for n, v in stack.items() if n not in ("adaptive", "oracle")]
     best = [max(col) for col in zip(*statics, strict=True)]
+    oracle = stack.get("oracle", best)  # one phase, or one B* throughout: the oracle is that static run
     sim = doc["sim"]
+    whole = {n: sum(v) / len(v) for n, v in stack.items()}  # the phases are equally long: the run's mean tok/s
     return {
+        "stack_adaptive_over_oracle": [a / b for a, b in zip(stack["adaptive"], oracle, strict=True)],
+        "stack_whole_run_tok_s": whole,
+        "stack_adaptive_over_best_static_whole_run": whole["adaptive"] / max(sum(v) / len(v) for v in statics),
         "stack_adaptive_over_best_static": [a / b for a, b in zip(stack["adaptive"], best, strict=True)],
         "stack_adaptive_over_b1": [a / b for a, b in zip(stack["adaptive"], stack["b1"], strict=True)],
         "sim_adaptive_over_oracle": [a / b for a, b in zip(sim["adaptive"], sim["oracle"], strict=True)],

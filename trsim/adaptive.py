@@ -100,11 +100,10 @@ class AdaptiveDriving:
         return [s.to_dict() for s in self.controller.switches]
 
 
-def oracle_thresholds(config: Any, phases: Sequence[Any], knobs: AdaptiveConfig) -> list[tuple[int, ...]]:
-    """Per phase of ``config`` (a ``SimConfig`` with a ``markov``-like router), the vector the throughput model's
-    ``optimize`` picks for the phase's P, C and concurrency on the config's latencies (at 256 context tokens a
-    request), with the controller's method, seed and ``min_gain``: what an oracle that knows each phase would apply
-    at its start."""
+def phase_models(config: Any, phases: Sequence[Any], knobs: AdaptiveConfig) -> list[tuple[Any, int]]:
+    """Per phase of ``config`` (a ``SimConfig`` with a ``markov``-like router), the throughput model of the phase's
+    P, C and concurrency on the config's latencies (at 256 context tokens a request), with the controller's
+    method's seed and quantum, and that concurrency: the calibrated inputs an offline ``auto`` would solve on."""
     from trcore.throughput import SamplingConfig, ThroughputModel
 
     P, C, n = config.router.params["P"], config.router.params["C"], config.workload.concurrency
@@ -117,8 +116,29 @@ def oracle_thresholds(config: Any, phases: Sequence[Any], knobs: AdaptiveConfig)
             for lat, cap in zip(config.latency, caps, strict=True)
         ]
         quantum = min(min(t) for t in tables) * knobs.quantum_fraction
-        model = ThroughputModel(
-            P, C, tables, quantum_s=quantum, max_batch=caps, sampling=SamplingConfig(seed=knobs.seed)
-        )
-        out.append(tuple(model.optimize(n, min_gain=knobs.min_gain, method=knobs.method).thresholds))
+        sampling = SamplingConfig(seed=knobs.seed)
+        out.append((ThroughputModel(P, C, tables, quantum_s=quantum, max_batch=caps, sampling=sampling), n))
+    return out
+
+
+def oracle_thresholds(config: Any, phases: Sequence[Any], knobs: AdaptiveConfig) -> list[tuple[int, ...]]:
+    """Per phase, the vector the throughput model's ``optimize`` picks on :func:`phase_models`' inputs, with the
+    controller's method and ``min_gain``: what an oracle that knows each phase would apply at its start."""
+    return [
+        tuple(model.optimize(n, min_gain=knobs.min_gain, method=knobs.method).thresholds)
+        for model, n in phase_models(config, phases, knobs)
+    ]
+
+
+def predicted_over_oracle(
+    config: Any, phases: Sequence[Any], knobs: AdaptiveConfig, vectors: Sequence[Sequence[int]]
+) -> list[float]:
+    """Per phase, the throughput model's tok/s for ``vectors[k]`` over that for the phase's oracle vector, on the
+    phase's calibrated inputs (1.0: as good as what offline ``auto`` picks)."""
+    out = []
+    for (model, n), vector, best in zip(
+        phase_models(config, phases, knobs), vectors, oracle_thresholds(config, phases, knobs), strict=True
+    ):
+        tok_s = [model.solve(n, b, method=knobs.method).throughput_tok_s for b in (vector, best)]
+        out.append(1.0 if tuple(vector) == best else tok_s[0] / tok_s[1])
     return out

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,26 +87,73 @@ async def _client(url: str, k: int, work: Workload, phases: Sequence[LoadPhase],
         conn.close()
 
 
+#: Called with the bench's HTTP client and a phase's index at that phase's start (phase 0 before any request).
+PhaseHook = Callable[[httpx.AsyncClient, int], Awaitable[None]]
+
+
+@dataclass
+class PhasedRun:
+    """One phased run: per-phase summaries, every request (its phase, times on the bench's clock), the run's start
+    on that clock, and the adaptive controller's ``/debug/state`` section at the start and the end (None
+    without one)."""
+
+    phases: list[dict[str, Any]]
+    requests: list[tuple[int, RequestRecord]]
+    start: float
+    adaptive_before: dict[str, Any] | None = None
+    adaptive_after: dict[str, Any] | None = None
+    adaptive_read_at: tuple[float, float] = (0.0, 0.0)  # bench clock when the two were read
+
+    def switch_times(self) -> list[float]:
+        """The controller's switches, in seconds from the run's start (its clock mapped by the first reading)."""
+        if not self.adaptive_before or not self.adaptive_after:
+            return []
+        offset = self.adaptive_read_at[0] - self.start - self.adaptive_before["now_s"]
+        return [s["time_s"] + offset for s in self.adaptive_after["switches"]]
+
+
 async def run_phased_load(url: str, phases: Sequence[LoadPhase], work: Workload) -> list[dict[str, Any]]:
     """Run every phase once, back to back; per phase its span, concurrency, routing, committed tok/s, requests
     finished and failed, and the adaptive thresholds in force at its end (None without them)."""
+    return (await run_phased(url, phases, work)).phases
+
+
+async def run_phased(url: str, phases: Sequence[LoadPhase], work: Workload, on_phase: PhaseHook | None = None,
+                     headers: dict[str, str] | None = None) -> PhasedRun:  # fmt: skip
+    """:func:`run_phased_load` with every request kept, the controller's state read at both ends, and
+    ``on_phase`` called at each phase's start (e.g. to set that phase's thresholds)."""
     if work.lengths is None:
         raise ConfigError("--lengths", "a phased load needs a length preset (each request's own lengths and routing)")
     records: list[tuple[int, RequestRecord]] = []
     bounds = phase_starts(phases)
-    start = time.perf_counter()
     texts = []
-    async with httpx.AsyncClient(base_url=url, timeout=600.0) as client:
+    async with httpx.AsyncClient(base_url=url, timeout=600.0, headers=headers) as client:
+        before, read_before = await _adaptive(client), time.perf_counter()
+        if on_phase is not None:
+            await on_phase(client, 0)
+        start = time.perf_counter()
         tasks = [asyncio.create_task(_client(url, k, work, phases, start, records))
                  for k in range(max(p.concurrency for p in phases))]  # fmt: skip
         texts.append(await _metrics(client))
-        for end in bounds[1:]:
+        for k, end in enumerate(bounds[1:]):
             await asyncio.sleep(max(0.0, start + end - time.perf_counter()))
             texts.append(await _metrics(client))
+            if on_phase is not None and k + 1 < len(phases):
+                await on_phase(client, k + 1)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    return summarize_phases(phases, bounds, texts, records)
+        after, read_after = await _adaptive(client), time.perf_counter()
+    summary = summarize_phases(phases, bounds, texts, records)
+    return PhasedRun(summary, records, start, before, after, (read_before, read_after))
+
+
+async def _adaptive(client: httpx.AsyncClient) -> dict[str, Any] | None:
+    """The adaptive controller's section of ``/debug/state`` (None without one)."""
+    response = await client.get("/debug/state")
+    response.raise_for_status()
+    state: dict[str, Any] | None = response.json().get("adaptive")
+    return state
 
 
 def summarize_phases(phases: Sequence[LoadPhase], bounds: Sequence[float], texts: Sequence[str],

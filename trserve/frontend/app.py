@@ -14,9 +14,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from trserve.config import ServeConfig
 from trserve.engine.tokenizer import Tokenizer
+from trserve.frontend.admin import install_admin_routes
 from trserve.frontend.admission import Limits, Refused, admit
 from trserve.frontend.api_models import ChatCompletionRequest, CompletionRequest, SamplingFields
 from trserve.frontend.book import FrontEnd
+from trserve.frontend.errors import APIError, error_response
 from trserve.frontend.generation import Overloaded, Unavailable
 from trserve.frontend.guards import guard
 from trserve.frontend.metrics import Metrics
@@ -24,32 +26,6 @@ from trserve.frontend.responses import Provenance, ResponseFormat, to_json
 from trserve.frontend.sse import EventStream
 from trserve.frontend.streaming import ClientGone, GenerationFailed, collect, events_with_text, first_event
 from trserve.frontend.text import TextStream
-
-
-class APIError(Exception):
-    """An error answered as OpenAI's JSON error body."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        kind: str = "invalid_request_error",
-        param: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status, self.message, self.kind, self.param, self.headers = status, message, kind, param, headers
-
-
-def error_response(
-    status: int,
-    message: str,
-    kind: str = "invalid_request_error",
-    param: str | None = None,
-    headers: dict[str, str] | None = None,
-) -> JSONResponse:
-    body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
-    return JSONResponse(body, status_code=status, headers=headers)
 
 
 @dataclass
@@ -111,6 +87,8 @@ def create_app(ctx: ServerContext) -> Any:
             "adaptive": fe.tuner.state() if fe.tuner is not None else None,
             "kv_admission": fe.kv_gate.state(),
         }
+
+    install_admin_routes(app, ctx)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:

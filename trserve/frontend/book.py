@@ -79,6 +79,9 @@ class FrontEnd:
         self.prober = Prober(self.mailbox.send)  # not self.send: no reference cycle back to the front end
         #: ``thresholds: adaptive``: the controller fed by step reports (:mod:`trserve.frontend.tuner`).
         self.tuner: Tuner | None = None
+        #: The threshold vector in force without a tuner: the run spec's, or one set by ``PUT /admin/thresholds``.
+        self.thresholds: tuple[int, ...] | None = None
+        self.thresholds_set = False  # whether ``PUT /admin/thresholds`` replaced the run spec's
         self._receiver: asyncio.Task[None] | None = None
 
     # -- wiring -----------------------------------------------------------------------------------------------
@@ -89,8 +92,9 @@ class FrontEnd:
         self.mailbox.rewire(proc, address)
         self.counts.connected_to(proc)
         self.publish_counts()
-        if self.tuner is not None:  # a (re)started worker starts from the run spec's thresholds
-            self.send(proc, Thresholds(self.tuner.thresholds))
+        vector = self.tuner.thresholds if self.tuner is not None else self.thresholds if self.thresholds_set else None
+        if vector is not None:  # a (re)started worker starts from the run spec's thresholds: send those in force
+            self.send(proc, Thresholds(vector))
 
     def disconnect(self, proc: int) -> None:
         """Process ``proc`` is (re)starting: drop what was queued for it; hold later messages until it reports
@@ -104,6 +108,12 @@ class FrontEnd:
         for proc in self.mailbox.destinations:
             if proc not in self.down:
                 self.send(proc, message)
+
+    def set_thresholds(self, vector: tuple[int, ...]) -> None:
+        """Put ``vector`` in force on every subserver (one :class:`Thresholds` message each, applied at its next
+        launch; tables keyed by active count are dropped), and on any that (re)starts later."""
+        self.thresholds, self.thresholds_set = vector, True
+        self.broadcast(Thresholds(vector))
 
     def start(self) -> None:
         self._receiver = asyncio.get_running_loop().create_task(self._receive_forever())

@@ -61,6 +61,8 @@ class Tuner:
         self._tokens: deque[tuple[float, int]] = deque()  # (span end, tokens committed in it)
         self._span_tokens = 0
         self._task: asyncio.Task[None] | None = None
+        #: CPU seconds spent by the controller: feeding the window on the event loop, deciding in the worker thread.
+        self.cpu_s = 0.0
         self._gauges(registry)
 
     def _gauges(self, reg: CollectorRegistry) -> None:
@@ -86,6 +88,11 @@ class Tuner:
     # -- fed by the front end on every step report (cheap: counters only) --------------------------------------
 
     def on_step(self, report: StepReport) -> None:
+        started = time.thread_time()
+        self._record(report)
+        self.cpu_s += time.thread_time() - started
+
+    def _record(self, report: StepReport) -> None:
         b, model = self.builder, report.model
         b.set_active(self.num_active(), self.now())
         b.record_step(model, report.batch_size, report.step_s)
@@ -115,17 +122,25 @@ class Tuner:
 
     async def tick(self) -> Retune | None:
         """Close the span, and decide in a worker thread; a switch goes to every subserver."""
-        now = self.now()
+        now, started = self.now(), time.thread_time()
         self.controller.observe(self.builder.flush(now))
         self._tokens.append((now, self._span_tokens))
         self._span_tokens = 0
         while self._tokens and self._tokens[0][0] <= now - self.cfg.window_s:
             self._tokens.popleft()
-        retune = await asyncio.to_thread(self.controller.decide, now)
+        self.cpu_s += time.thread_time() - started
+        retune = await asyncio.to_thread(self._decide, now)
         self._show(retune)
         if retune is not None and retune.applied:
             self.broadcast(Thresholds(retune.new))
         return retune
+
+    def _decide(self, now: float) -> Retune | None:
+        started = time.thread_time()  # this worker thread's CPU only, not the event loop's
+        try:
+            return self.controller.decide(now)
+        finally:
+            self.cpu_s += time.thread_time() - started
 
     def _show(self, retune: Retune | None) -> None:
         span = self.controller.window.span_s
@@ -150,8 +165,10 @@ class Tuner:
             self.g_thresholds.labels(name).set(b)
 
     def state(self) -> dict[str, Any]:
-        """The controller's window and last decision (``/debug/state``)."""
-        return {**self.controller.state(), "switches": [s.to_dict() for s in self.controller.switches[-20:]]}
+        """The controller's window and last decision (``/debug/state``), its clock (``now_s``: switches' times
+        are on it) and the CPU seconds it has spent (``cpu_s``, over ``now_s`` of running)."""
+        switches = [s.to_dict() for s in self.controller.switches[-20:]]
+        return {**self.controller.state(), "switches": switches, "now_s": self.now(), "cpu_s": self.cpu_s}
 
 
 def describe(retune: Retune) -> str:

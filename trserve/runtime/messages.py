@@ -167,6 +167,8 @@ class State:
     received: dict[str, int] = field(default_factory=dict)
     replica: int = 0
     memory: dict[str, int] = field(default_factory=dict)
+    #: Its batching policy's threshold in force (before the clamp by active count; 0: no policy).
+    threshold: int = 0
 
 
 # -- baselines: a driver process talking to engine-only worker processes ---------------------------------------

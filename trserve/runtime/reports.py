@@ -121,6 +121,7 @@ def loop_state(
         received=received,
         replica=replica,
         memory=memory_fields(sub.memory),
+        threshold=sub.policy.threshold,
     )
 
 

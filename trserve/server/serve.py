@@ -174,6 +174,8 @@ def start_frontend(
         kv_admission=cfg.mode == "routed" and cfg.server.kv_admission,
     )
     frontend.start()
+    if cfg.mode == "routed":
+        frontend.thresholds = tuple(spec.thresholds)
     if cfg.mode == "routed" and cfg.batching.thresholds == "adaptive":
         frontend.tuner = _tuner(cfg, spec, frontend, metrics)
         frontend.tuner.start()

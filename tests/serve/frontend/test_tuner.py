@@ -3,6 +3,7 @@
 ``Thresholds`` message to every subserver, and the gauges show it."""
 
 import asyncio
+import time
 
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -73,6 +74,20 @@ def test_a_collapsed_vector_is_switched_in_one_message_to_all():
     assert "tokenrouter_adaptive_switches_total 1.0" in text
     state = t.state()
     assert state["thresholds"] == list(retune.new) and state["switches"][0]["old"] == [8, 1]
+    # Its clock and its CPU: the solve ran (a few ms of CPU at least), and the window's feeding is counted too.
+    assert state["now_s"] == 5.0 and state["cpu_s"] > 0.0
+
+
+def test_the_cpu_count_covers_feeding_and_deciding():
+    sent, clock = [], Clock()
+    t = tuner((8, 1), sent, clock)
+    fed_at = time.thread_time()
+    feed(t)
+    fed = t.cpu_s
+    assert 0.0 < fed <= time.thread_time() - fed_at  # this thread's CPU while feeding bounds what was counted
+    clock.t = 5.0
+    asyncio.run(t.tick())
+    assert t.cpu_s > fed  # the solve's own thread time was added
 
 
 def test_stationary_reports_send_nothing_more():

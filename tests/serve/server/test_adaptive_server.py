@@ -46,3 +46,14 @@ def test_adaptive_server_answers_and_shows_its_controller(adaptive_server: Serve
         assert f"tokenrouter_adaptive_{name}" in text, name
     lines = [line for line in text.splitlines() if line.startswith("tokenrouter_adaptive_thresholds{")]
     assert f'tokenrouter_adaptive_thresholds{{model="large"}} {float(before[0])}' in lines, (before, lines)
+
+
+def test_adaptive_thresholds_are_not_set_by_hand(adaptive_server: Served):
+    """The controller owns the vector: ``PUT /admin/thresholds`` is refused (409) instead of being overridden at
+    its next decision; ``GET`` says where the vector in force comes from."""
+    with adaptive_server.client() as client:
+        got = client.get("/admin/thresholds").json()
+        refused = client.put("/admin/thresholds", json={"thresholds": [1, 1]})
+    assert got["source"] == "adaptive" and len(got["thresholds"]) == 2
+    assert refused.status_code == 409 and refused.json()["error"]["param"] == "thresholds"
+    assert "adaptive" in refused.json()["error"]["message"]
