@@ -99,25 +99,23 @@ def adaptive_record(run: PhasedRun, phases: list, plain: Any, knobs: Any, bstar:
     """What the controller did on the stack: switches on the run's clock, the vector at each phase's end against
     the oracle's (predicted on the phase's calibrated inputs; phase 0 is learnt from nothing), how long after each
     phase's start its final vector came into force, TPOT tails after each switch, and the controller's CPU."""
-    before, after = run.adaptive_before or {}, run.adaptive_after or {}
+    after = run.adaptive[-1] if run.adaptive else {"switches": []}
     times, bounds = run.switch_times(), phase_starts(phases)
     switches = [{"time_s": t, "new": s["new"], "predicted_gain": s["predicted_gain"]}
-                for t, s in zip(times, after.get("switches", []), strict=True)]  # fmt: skip
+                for t, s in zip(times, after["switches"], strict=True)]  # fmt: skip
     final = [p["thresholds"] for p in run.phases]
     settle = []  # from the phase's start to the last switch into its final vector (0: in force throughout)
     for k, vector in enumerate(final):
         mine = [s for s in switches if bounds[k] <= s["time_s"] < bounds[k + 1]]
         landed = [s["time_s"] - bounds[k] for s in mine if s["new"] == vector]
         settle.append(landed[-1] if landed else 0.0)
-    cpu_s = after.get("cpu_s", 0.0) - before.get("cpu_s", 0.0)
-    ran_s = after.get("now_s", 0.0) - before.get("now_s", 0.0)
     return {
         "switches": switches, "final_thresholds": final, "oracle_thresholds": [list(b) for b in bstar],
         "predicted_over_oracle": predicted_over_oracle(plain, plain.phases, knobs, final),
         "settle_s": settle, "switches_per_phase": [sum(bounds[k] <= s["time_s"] < bounds[k + 1] for s in switches)
                                                    for k in range(len(phases))],
         "tpot_after_switches": tails_after_switches(phases, [r for _, r in run.requests], run.start, times),
-        "controller_cpu_s": cpu_s, "controller_core_fraction": cpu_s / ran_s if ran_s > 0 else None,
+        "controller_core_fraction": run.controller_core_fraction(),
     }  # fmt: skip
 
 

@@ -13,9 +13,10 @@ in force (``batching.thresholds: adaptive``) are read there too.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -94,22 +95,26 @@ PhaseHook = Callable[[httpx.AsyncClient, int], Awaitable[None]]
 @dataclass
 class PhasedRun:
     """One phased run: per-phase summaries, every request (its phase, times on the bench's clock), the run's start
-    on that clock, and the adaptive controller's ``/debug/state`` section at the start and the end (None
-    without one)."""
+    on that clock, and the adaptive controller's ``/debug/state`` section before the start and at every phase's
+    end (``adaptive``, read at ``adaptive_read_at`` on the bench's clock; empty without a controller)."""
 
     phases: list[dict[str, Any]]
     requests: list[tuple[int, RequestRecord]]
     start: float
-    adaptive_before: dict[str, Any] | None = None
-    adaptive_after: dict[str, Any] | None = None
-    adaptive_read_at: tuple[float, float] = (0.0, 0.0)  # bench clock when the two were read
+    adaptive: list[dict[str, Any]] = field(default_factory=list)
+    adaptive_read_at: list[float] = field(default_factory=list)
 
     def switch_times(self) -> list[float]:
         """The controller's switches, in seconds from the run's start (its clock mapped by the first reading)."""
-        if not self.adaptive_before or not self.adaptive_after:
+        if not self.adaptive:
             return []
-        offset = self.adaptive_read_at[0] - self.start - self.adaptive_before["now_s"]
-        return [s["time_s"] + offset for s in self.adaptive_after["switches"]]
+        offset = self.adaptive_read_at[0] - self.start - self.adaptive[0]["now_s"]
+        return [s["time_s"] + offset for s in self.adaptive[-1]["switches"]]
+
+    def controller_core_fraction(self) -> list[float]:
+        """Per phase, the controller's CPU seconds over the seconds its clock ran (one core = 1.0)."""
+        pairs = itertools.pairwise(self.adaptive)
+        return [(b["cpu_s"] - a["cpu_s"]) / (b["now_s"] - a["now_s"]) for a, b in pairs if b["now_s"] > a["now_s"]]
 
 
 async def run_phased_load(url: str, phases: Sequence[LoadPhase], work: Workload) -> list[dict[str, Any]]:
@@ -126,9 +131,16 @@ async def run_phased(url: str, phases: Sequence[LoadPhase], work: Workload, on_p
         raise ConfigError("--lengths", "a phased load needs a length preset (each request's own lengths and routing)")
     records: list[tuple[int, RequestRecord]] = []
     bounds = phase_starts(phases)
-    texts = []
+    texts, states, read_at = [], [], []
+
+    async def read_controller() -> None:
+        state = await _adaptive(client)
+        if state is not None:
+            states.append(state)
+            read_at.append(time.perf_counter())
+
     async with httpx.AsyncClient(base_url=url, timeout=600.0, headers=headers) as client:
-        before, read_before = await _adaptive(client), time.perf_counter()
+        await read_controller()
         if on_phase is not None:
             await on_phase(client, 0)
         start = time.perf_counter()
@@ -138,14 +150,13 @@ async def run_phased(url: str, phases: Sequence[LoadPhase], work: Workload, on_p
         for k, end in enumerate(bounds[1:]):
             await asyncio.sleep(max(0.0, start + end - time.perf_counter()))
             texts.append(await _metrics(client))
+            await read_controller()
             if on_phase is not None and k + 1 < len(phases):
                 await on_phase(client, k + 1)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        after, read_after = await _adaptive(client), time.perf_counter()
-    summary = summarize_phases(phases, bounds, texts, records)
-    return PhasedRun(summary, records, start, before, after, (read_before, read_after))
+    return PhasedRun(summarize_phases(phases, bounds, texts, records), records, start, states, read_at)
 
 
 async def _adaptive(client: httpx.AsyncClient) -> dict[str, Any] | None:

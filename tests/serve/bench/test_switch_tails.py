@@ -46,9 +46,11 @@ def test_too_few_requests_give_no_ratio():
 
 
 def test_switch_times_move_onto_the_runs_clock():
-    before = {"now_s": 12.0, "switches": []}
-    after = {"now_s": 80.0, "switches": [{"time_s": 20.0}, {"time_s": 47.5}]}
+    before = {"now_s": 12.0, "cpu_s": 1.0, "switches": []}
+    middle = {"now_s": 52.0, "cpu_s": 1.4, "switches": [{"time_s": 20.0}]}
+    after = {"now_s": 82.0, "cpu_s": 1.7, "switches": [{"time_s": 20.0}, {"time_s": 47.5}]}
     # The controller's clock read 12 s when the bench's read 99.5; the run started at 100: offset -12.5 s.
-    run = PhasedRun([], [], START, before, after, (99.5, 170.0))
+    run = PhasedRun([], [], START, [before, middle, after], [99.5, 139.5, 169.5])
     assert run.switch_times() == pytest.approx([7.5, 35.0])
-    assert PhasedRun([], [], START).switch_times() == []
+    assert run.controller_core_fraction() == pytest.approx([0.01, 0.01])  # 0.4 s over 40 s, 0.3 s over 30 s
+    assert PhasedRun([], [], START).switch_times() == [] and PhasedRun([], [], START).controller_core_fraction() == []
