@@ -17,6 +17,7 @@ them). The simulator runs the same scaled phases and lengths: adaptive, B = 1, e
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -116,6 +117,7 @@ def adaptive_record(run: PhasedRun, phases: list, plain: Any, knobs: Any, bstar:
                                                    for k in range(len(phases))],
         "tpot_after_switches": tails_after_switches(phases, [r for _, r in run.requests], run.start, times),
         "controller_core_fraction": run.controller_core_fraction(),
+        "solves_per_phase": [b["num_solves"] - a["num_solves"] for a, b in itertools.pairwise(run.adaptive)],
     }  # fmt: skip
 
 

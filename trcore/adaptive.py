@@ -219,6 +219,7 @@ class AdaptiveController:
             "estimate": self.last_estimate.to_dict() if self.last_estimate else None,
             "last_retune": last.to_dict() if last else None,
             "num_switches": len(self.switches),
+            "num_solves": self.num_solves,
         }
 
 
