@@ -140,6 +140,15 @@ class AdaptiveController:
     def decide(self, now: float) -> Retune | None:
         """Solve again if the window's inputs moved since the last solve, and switch when the gain is worth it
         and the last switch is old enough. Returns the retune when one was solved or applied, else None."""
+        job = self.plan(now)
+        if job is None:
+            return None
+        return self.conclude(now, solve(job) if job.fresh else None)
+
+    def plan(self, now: float) -> SolveJob | None:
+        """The first half of :meth:`decide`: the window's estimate, and whether it needs a fresh solve
+        (``fresh``). None: the window is too thin to decide. A caller may run :func:`solve` elsewhere (another
+        process) and hand the result to :meth:`conclude`."""
         estimate = self._estimate()
         self.last_estimate = estimate
         if estimate is None:
@@ -148,9 +157,16 @@ class AdaptiveController:
         fresh = solved is None or (
             now - solved.time_s >= self.config.solve_interval_s and has_moved(solved.inputs, estimate, self.config)
         )
-        if fresh:
-            solved = self._solve(estimate, now)
-        assert solved is not None
+        return SolveJob(self.config, self.thresholds, self.max_batch, estimate, now, fresh)
+
+    def conclude(self, now: float, fresh: Retune | None) -> Retune | None:
+        """The second half of :meth:`decide`: switch on ``fresh`` (a solve of :meth:`plan`'s job) or, without one,
+        on the last solve, when the gain is worth it and the last switch is old enough."""
+        if fresh is not None:
+            self.num_solves += 1
+        solved = fresh if fresh is not None else self._solved
+        if solved is None:
+            return None
         if solved.new == self.thresholds:
             return self._record(replace(solved, reason="in force")) if fresh else None
         if solved.predicted_gain <= self.config.min_gain:
@@ -168,31 +184,6 @@ class AdaptiveController:
         n = estimate.concurrency
         tables = tuple(row[: min(cap, n)] for row, cap in zip(estimate.latency_s, caps, strict=True))
         return replace(estimate, latency_s=tables)
-
-    def _solve(self, inputs: WindowEstimate, now: float) -> Retune:
-        """Optimize on the window's inputs, and solve the vector in force (as clamped at that concurrency)."""
-        from trcore.throughput import SamplingConfig, ThroughputModel  # numpy and scipy: only when solving
-
-        self.num_solves += 1
-        cfg, n = self.config, inputs.concurrency
-        quantum = min(min(row) for row in inputs.latency_s) * cfg.quantum_fraction
-        model = ThroughputModel(
-            inputs.P,
-            inputs.routing.C,
-            [list(row) for row in inputs.latency_s],
-            quantum_s=quantum,
-            max_batch=list(self.max_batch),
-            sampling=SamplingConfig(seed=cfg.seed),
-        )
-        best = model.optimize(n, min_gain=cfg.min_gain, method=cfg.method)
-        current = in_force(self.thresholds, n)
-        if current == best.thresholds:
-            current_tok_s = best.throughput_tok_s
-        else:
-            current_tok_s = model.solve(n, current, method=cfg.method).throughput_tok_s
-        return Retune(
-            now, self.thresholds, best.thresholds, best.throughput_tok_s, current_tok_s, False, "", best.method, inputs
-        )
 
     def _record(self, retune: Retune) -> Retune:
         self._solved = retune
@@ -221,6 +212,43 @@ class AdaptiveController:
             "num_switches": len(self.switches),
             "num_solves": self.num_solves,
         }
+
+
+@dataclass(frozen=True)
+class SolveJob:
+    """What one solve needs (picklable, so it can run in another process): the knobs, the vector in force and
+    the caps, the window's inputs, the time it was planned, and whether the inputs moved enough to solve."""
+
+    config: AdaptiveConfig
+    thresholds: tuple[int, ...]
+    max_batch: tuple[int, ...]
+    inputs: WindowEstimate
+    time_s: float
+    fresh: bool
+
+
+def solve(job: SolveJob) -> Retune:
+    """Optimize on the job's inputs, and solve the vector in force (as clamped at that concurrency)."""
+    from trcore.throughput import SamplingConfig, ThroughputModel  # numpy and scipy: only when solving
+
+    cfg, inputs, n = job.config, job.inputs, job.inputs.concurrency
+    quantum = min(min(row) for row in inputs.latency_s) * cfg.quantum_fraction
+    model = ThroughputModel(
+        inputs.P,
+        inputs.routing.C,
+        [list(row) for row in inputs.latency_s],
+        quantum_s=quantum,
+        max_batch=list(job.max_batch),
+        sampling=SamplingConfig(seed=cfg.seed),
+    )
+    best = model.optimize(n, min_gain=cfg.min_gain, method=cfg.method)
+    current = in_force(job.thresholds, n)
+    if current == best.thresholds:
+        current_tok_s = best.throughput_tok_s
+    else:
+        current_tok_s = model.solve(n, current, method=cfg.method).throughput_tok_s
+    found, tok_s = best.thresholds, best.throughput_tok_s
+    return Retune(job.time_s, job.thresholds, found, tok_s, current_tok_s, False, "", best.method, inputs)
 
 
 def policy_for_vector(policy: BatchingPolicy, vector: Sequence[int], model: int) -> BatchingPolicy:

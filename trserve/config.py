@@ -51,7 +51,9 @@ class AutoThresholdsConfig(StrictSection):
 class AdaptiveThresholdsConfig(StrictSection):
     """Knobs of ``thresholds: adaptive`` (``trcore.adaptive.AdaptiveConfig``; docs/serving.md): the controller's
     sliding window, the predicted gain a switch needs, the time between switches and between solves; ``tick_s``
-    between the front end's decisions; ``initial``: the vector in force until the first switch (default all 1)."""
+    between the front end's decisions; ``initial``: the vector in force until the first switch (default all 1);
+    ``max_cpu_fraction`` and ``cpu_credit_s``: a solve starts only while the controller's CPU seconds are within
+    that fraction of the time it has run, plus the credit (its cost bound in the long run)."""
 
     window_s: float = Field(10.0, gt=0)
     min_gain: float = Field(0.02, ge=0.0, lt=1.0)
@@ -62,6 +64,8 @@ class AdaptiveThresholdsConfig(StrictSection):
     method: Literal["auto", "sampled", "exact"] = "auto"
     tick_s: float = Field(1.0, gt=0)
     initial: list[int] | None = None
+    max_cpu_fraction: float = Field(0.02, gt=0, le=1)
+    cpu_credit_s: float = Field(5.0, ge=0)
 
 
 class BatchingConfig(StrictSection):

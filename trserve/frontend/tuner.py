@@ -4,25 +4,29 @@ subservers' step reports, run off the hot path in the front end process.
 Each step report adds its step time by batch size, every request's routing decision (``routes``: the model
 that continues it; kept when its output grew; a finished request counts as going back to the entry model) and
 the active count to the current span; every ``tick_s`` an asyncio task closes the span, hands it to the
-controller and asks for a decision in a worker thread (a solve never blocks the event loop, and steps run in
-the subserver processes anyway). A switch goes to every subserver in one :class:`Thresholds` message, applied
-at its next launch; a worker that (re)connects is sent the vector in force. Every solve is logged with its
-inputs and predicted gain; ``/metrics`` and ``/debug/state`` show what the controller sees.
+controller and asks for a decision. A solve runs in a process of its own (one, started at the first solve): in a
+thread it would hold the interpreter lock for seconds at N = 64 and stall the event loop that serves requests.
+Solves are held to a CPU budget (``max_cpu_fraction`` of the time run, plus ``cpu_credit_s``); a tick over budget
+decides on the last solve. A switch goes to every subserver in one :class:`Thresholds` message, applied at its
+next launch; a worker that (re)connects is sent the vector in force. Every solve is logged with its inputs and
+predicted gain; ``/metrics`` and ``/debug/state`` show what the controller sees.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
 import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from trcore.adaptive import AdaptiveConfig, AdaptiveController, Retune
+from trcore.adaptive import AdaptiveConfig, AdaptiveController, Retune, SolveJob, solve
 from trcore.adaptive_window import ObservationBuilder
 from trserve.config import AdaptiveThresholdsConfig
 from trserve.runtime.messages import StepReport, Thresholds
@@ -52,7 +56,7 @@ class Tuner:
         clock: Callable[[], float] = time.monotonic,
         say: Callable[[str], None] = _stderr,
     ) -> None:
-        knobs = cfg.model_dump(exclude={"tick_s", "initial"})
+        knobs = cfg.model_dump(exclude={"tick_s", "initial", "max_cpu_fraction", "cpu_credit_s"})
         self.controller = AdaptiveController(AdaptiveConfig(**knobs), thresholds, max_batch=max_batch)
         self.cfg, self.entry_model, self.names = cfg, entry_model, list(model_names)
         self.broadcast, self.num_active, self.clock, self.say = broadcast, num_active, clock, say
@@ -61,8 +65,10 @@ class Tuner:
         self._tokens: deque[tuple[float, int]] = deque()  # (span end, tokens committed in it)
         self._span_tokens = 0
         self._task: asyncio.Task[None] | None = None
-        #: CPU seconds spent by the controller: feeding the window on the event loop, deciding in the worker thread.
+        #: CPU seconds spent by the controller: feeding the window on the event loop, solving in its process.
         self.cpu_s = 0.0
+        self.num_deferred = 0  # solves the CPU budget put off
+        self._pool: ProcessPoolExecutor | None = None
         self._gauges(registry)
 
     def _gauges(self, reg: CollectorRegistry) -> None:
@@ -111,6 +117,9 @@ class Tuner:
     def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
 
     async def _run(self) -> None:
         while True:
@@ -121,26 +130,40 @@ class Tuner:
                 log.exception("adaptive thresholds: decision failed")
 
     async def tick(self) -> Retune | None:
-        """Close the span, and decide in a worker thread; a switch goes to every subserver."""
+        """Close the span and decide, solving in the solver's process if the inputs moved and the CPU budget
+        allows; a switch goes to every subserver."""
         now, started = self.now(), time.thread_time()
         self.controller.observe(self.builder.flush(now))
         self._tokens.append((now, self._span_tokens))
         self._span_tokens = 0
         while self._tokens and self._tokens[0][0] <= now - self.cfg.window_s:
             self._tokens.popleft()
+        job = self.controller.plan(now)
         self.cpu_s += time.thread_time() - started
-        retune = await asyncio.to_thread(self._decide, now)
+        if job is None:
+            self._show(None)
+            return None
+        fresh = None
+        if job.fresh and self.within_budget():
+            fresh, cpu_s = await asyncio.get_running_loop().run_in_executor(self.pool(), timed_solve, job)
+            self.cpu_s += cpu_s
+        elif job.fresh:
+            self.num_deferred += 1
+        retune = self.controller.conclude(self.now(), fresh)  # a switch counts from when it is applied
         self._show(retune)
         if retune is not None and retune.applied:
             self.broadcast(Thresholds(retune.new))
         return retune
 
-    def _decide(self, now: float) -> Retune | None:
-        started = time.thread_time()  # this worker thread's CPU only, not the event loop's
-        try:
-            return self.controller.decide(now)
-        finally:
-            self.cpu_s += time.thread_time() - started
+    def within_budget(self) -> bool:
+        """Whether a solve may start: CPU so far within ``max_cpu_fraction`` of the time run, plus the credit."""
+        return self.cpu_s <= self.cfg.max_cpu_fraction * self.now() + self.cfg.cpu_credit_s
+
+    def pool(self) -> ProcessPoolExecutor:
+        """The solver's process (spawned: the front end runs threads, which a fork would copy mid-flight)."""
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        return self._pool
 
     def _show(self, retune: Retune | None) -> None:
         span = self.controller.window.span_s
@@ -168,7 +191,15 @@ class Tuner:
         """The controller's window and last decision (``/debug/state``), its clock (``now_s``: switches' times
         are on it) and the CPU seconds it has spent (``cpu_s``, over ``now_s`` of running)."""
         switches = [s.to_dict() for s in self.controller.switches[-20:]]
-        return {**self.controller.state(), "switches": switches, "now_s": self.now(), "cpu_s": self.cpu_s}
+        return {**self.controller.state(), "switches": switches, "now_s": self.now(), "cpu_s": self.cpu_s,
+                "num_deferred": self.num_deferred}  # fmt: skip
+
+
+def timed_solve(job: SolveJob) -> tuple[Retune, float]:
+    """:func:`trcore.adaptive.solve` and the CPU seconds it took (run in the solver's process)."""
+    started = time.process_time()
+    retune = solve(job)
+    return retune, time.process_time() - started
 
 
 def describe(retune: Retune) -> str:

@@ -75,7 +75,8 @@ def test_a_collapsed_vector_is_switched_in_one_message_to_all():
     state = t.state()
     assert state["thresholds"] == list(retune.new) and state["switches"][0]["old"] == [8, 1]
     # Its clock and its CPU: the solve ran (a few ms of CPU at least), and the window's feeding is counted too.
-    assert state["now_s"] == 5.0 and state["cpu_s"] > 0.0
+    assert state["now_s"] == 5.0 and state["cpu_s"] > 0.0 and state["num_deferred"] == 0
+    t.stop()
 
 
 def test_the_cpu_count_covers_feeding_and_deciding():
@@ -87,7 +88,23 @@ def test_the_cpu_count_covers_feeding_and_deciding():
     assert 0.0 < fed <= time.thread_time() - fed_at  # this thread's CPU while feeding bounds what was counted
     clock.t = 5.0
     asyncio.run(t.tick())
-    assert t.cpu_s > fed  # the solve's own thread time was added
+    assert t.cpu_s > fed  # the solve's CPU, in the solver's process, was added
+    t.stop()
+
+
+def test_over_its_cpu_budget_the_controller_defers_solving():
+    sent, clock = [], Clock()
+    t = tuner((8, 1), sent, clock, max_cpu_fraction=0.01, cpu_credit_s=0.0)
+    t.cpu_s = 0.5  # as if it had solved for 0.5 s: within budget again after 50 s
+    feed(t)
+    clock.t = 5.0
+    assert asyncio.run(t.tick()) is None and t.num_deferred == 1 and sent == []
+    assert t.controller.num_solves == 0
+    clock.t = 51.0
+    feed(t)
+    retune = asyncio.run(t.tick())
+    assert retune is not None and retune.applied and t.controller.num_solves == 1 and len(sent) == 1
+    t.stop()
 
 
 def test_stationary_reports_send_nothing_more():
@@ -98,3 +115,4 @@ def test_stationary_reports_send_nothing_more():
         clock.t = 5.0 * k
         asyncio.run(t.tick())
     assert len(sent) == 1 and t.controller.num_solves == 1
+    t.stop()
