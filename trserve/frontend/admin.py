@@ -9,15 +9,14 @@ or re-routed. With ``batching.thresholds: adaptive`` the controller owns the vec
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict
 
+from trserve.config import ServeConfig
+from trserve.frontend.book import FrontEnd
 from trserve.frontend.errors import APIError
-
-if TYPE_CHECKING:
-    from trserve.frontend.app import ServerContext
 
 
 class ThresholdsBody(BaseModel):
@@ -27,43 +26,42 @@ class ThresholdsBody(BaseModel):
     thresholds: list[int]
 
 
-def thresholds_in_force(ctx: ServerContext) -> dict[str, Any]:
+def thresholds_in_force(config: ServeConfig, fe: FrontEnd) -> dict[str, Any]:
     """The vector in force and where it came from (``config``, ``admin`` or ``adaptive``)."""
-    fe = ctx.frontend
     if fe.tuner is not None:
         return {"thresholds": list(fe.tuner.thresholds), "source": "adaptive"}
     if fe.thresholds is None:
-        raise APIError(409, f"thresholds: mode {ctx.config.mode!r} has no delayed batching", param="thresholds")
+        raise APIError(409, f"thresholds: mode {config.mode!r} has no delayed batching", param="thresholds")
     return {"thresholds": list(fe.thresholds), "source": "admin" if fe.thresholds_set else "config"}
 
 
-def checked_vector(ctx: ServerContext, body: ThresholdsBody) -> tuple[int, ...]:
+def checked_vector(config: ServeConfig, fe: FrontEnd, body: ThresholdsBody) -> tuple[int, ...]:
     """``body``'s vector, or a 4xx naming what is wrong with it."""
-    thresholds_in_force(ctx)  # 409 where there is nothing to set
-    if ctx.frontend.tuner is not None:
+    thresholds_in_force(config, fe)  # 409 where there is nothing to set
+    if fe.tuner is not None:
         raise APIError(409, "thresholds: batching.thresholds is adaptive; the controller sets them", param="thresholds")
-    models = ctx.config.models
+    models = config.models
     if len(body.thresholds) != len(models):
         names = ", ".join(m.name for m in models)
         raise APIError(400, f"thresholds: need {len(models)} values ({names}), got {len(body.thresholds)}",
                        param="thresholds")  # fmt: skip
     for i, (b, model) in enumerate(zip(body.thresholds, models, strict=True)):
-        cap = min(ctx.config.batching.max_batch or model.max_num_seqs, model.max_num_seqs)
+        cap = min(config.batching.max_batch or model.max_num_seqs, model.max_num_seqs)
         if not 1 <= b <= cap:
             raise APIError(400, f"thresholds[{i}]: {model.name}'s must be in 1..{cap}, got {b}",
                            param=f"thresholds[{i}]")  # fmt: skip
     return tuple(body.thresholds)
 
 
-def install_admin_routes(app: FastAPI, ctx: ServerContext) -> None:
+def install_admin_routes(app: FastAPI, config: ServeConfig, fe: FrontEnd) -> None:
     """``GET`` and ``PUT /admin/thresholds`` (behind the API key, as every route but health and metrics)."""
 
     @app.get("/admin/thresholds")
     async def get_thresholds() -> dict[str, Any]:
-        return thresholds_in_force(ctx)
+        return thresholds_in_force(config, fe)
 
     @app.put("/admin/thresholds")
     async def put_thresholds(body: ThresholdsBody) -> dict[str, Any]:
-        vector = checked_vector(ctx, body)
-        ctx.frontend.set_thresholds(vector)
-        return thresholds_in_force(ctx)
+        vector = checked_vector(config, fe, body)
+        fe.set_thresholds(vector)
+        return thresholds_in_force(config, fe)

@@ -88,7 +88,7 @@ def create_app(ctx: ServerContext) -> Any:
             "kv_admission": fe.kv_gate.state(),
         }
 
-    install_admin_routes(app, ctx)
+    install_admin_routes(app, ctx.config, ctx.frontend)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
