@@ -124,10 +124,11 @@ def phase_models(config: Any, phases: Sequence[Any], knobs: AdaptiveConfig) -> l
 def oracle_thresholds(config: Any, phases: Sequence[Any], knobs: AdaptiveConfig) -> list[tuple[int, ...]]:
     """Per phase, the vector the throughput model's ``optimize`` picks on :func:`phase_models`' inputs, with the
     controller's method and ``min_gain``: what an oracle that knows each phase would apply at its start."""
-    return [
-        tuple(model.optimize(n, min_gain=knobs.min_gain, method=knobs.method).thresholds)
-        for model, n in phase_models(config, phases, knobs)
-    ]
+    return [_optimum(model, n, knobs) for model, n in phase_models(config, phases, knobs)]
+
+
+def _optimum(model: Any, n: int, knobs: AdaptiveConfig) -> tuple[int, ...]:
+    return tuple(model.optimize(n, min_gain=knobs.min_gain, method=knobs.method).thresholds)
 
 
 def predicted_over_oracle(
@@ -136,9 +137,11 @@ def predicted_over_oracle(
     """Per phase, the throughput model's tok/s for ``vectors[k]`` over that for the phase's oracle vector, on the
     phase's calibrated inputs (1.0: as good as what offline ``auto`` picks)."""
     out = []
-    for (model, n), vector, best in zip(
-        phase_models(config, phases, knobs), vectors, oracle_thresholds(config, phases, knobs), strict=True
-    ):
+    for (model, n), vector in zip(phase_models(config, phases, knobs), vectors, strict=True):
+        best = _optimum(model, n, knobs)
+        if tuple(vector) == best:
+            out.append(1.0)
+            continue
         tok_s = [model.solve(n, b, method=knobs.method).throughput_tok_s for b in (vector, best)]
-        out.append(1.0 if tuple(vector) == best else tok_s[0] / tok_s[1])
+        out.append(tok_s[0] / tok_s[1])
     return out

@@ -125,7 +125,8 @@ async def run_phased_load(url: str, phases: Sequence[LoadPhase], work: Workload)
 
 async def run_phased(url: str, phases: Sequence[LoadPhase], work: Workload, on_phase: PhaseHook | None = None,
                      headers: dict[str, str] | None = None) -> PhasedRun:  # fmt: skip
-    """:func:`run_phased_load` with every request kept, the controller's state read at both ends, and
+    """:func:`run_phased_load` with every request kept, the controller's state read before the start and at every
+    phase's end, and
     ``on_phase`` called at each phase's start (e.g. to set that phase's thresholds)."""
     if work.lengths is None:
         raise ConfigError("--lengths", "a phased load needs a length preset (each request's own lengths and routing)")
