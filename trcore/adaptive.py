@@ -11,9 +11,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from itertools import islice
 from typing import Any
 
-from trcore.adaptive_window import Observation, ObservationWindow, WindowEstimate
+from trcore.adaptive_window import Observation, ObservationWindow, WindowEstimate, has_moved
 from trcore.errors import ConfigError
 from trcore.policy import BatchingPolicy, policies_for
 
@@ -26,13 +27,18 @@ class AdaptiveConfig:
     * ``min_gain``: a new vector must be predicted to beat the one in force by more than this fraction (and
       a vector that delays batches must beat B = 1 by as much, as in ``optimize``);
     * ``min_interval_s``: at least this long between two switches;
-    * ``min_steps``: request-steps the window must hold before the first decision;
-    * ``tolerance``: inputs that moved less than this since the last solve (P and C entries, absolute; step
-      time tables, relative) reuse that solve instead of re-solving; ``concurrency_tolerance`` the same for
-      the concurrency (relative, at least one request);
+    * ``min_steps``: request-steps the window must hold before a decision; ``min_fill``: the fraction of
+      ``window_s`` it must span (a half-filled window at start-up decides on a few noisy seconds);
+    * ``tolerance``: P and C entries that moved less than this since the last solve (absolute) reuse that
+      solve instead of re-solving; ``concurrency_tolerance`` the same for the concurrency (relative, at least
+      one request); ``latency_tolerance`` for the step times, compared at the batch sizes the window ran and
+      with a change common to every model divided out (scaling every table by one factor leaves the best
+      vector as it was, and measured step times wobble by a few percent from window to window);
     * ``solve_interval_s``: at least this long between two solves (a window sliding over a change moves on
       every tick; this bounds the solver's work);
-    * ``method``: the optimizer's (``auto``: exact while cheap, else sampled; ``sampled``);
+    * ``method``: the optimizer's (``auto``: exact while cheap, else sampled; ``sampled``); ``max_candidates``:
+      where more vectors are feasible, only :func:`~trcore.throughput.threshold_grid`'s (and the vector in
+      force) are solved, at a fraction of the CPU;
       ``quantum_fraction``: its time quantum as a fraction of the shortest step; ``seed``: its draws.
     """
 
@@ -40,10 +46,13 @@ class AdaptiveConfig:
     min_gain: float = 0.02
     min_interval_s: float = 10.0
     min_steps: int = 200
+    min_fill: float = 1.0
     tolerance: float = 0.02
     concurrency_tolerance: float = 0.1
+    latency_tolerance: float = 0.05
     solve_interval_s: float = 5.0
     method: str = "auto"
+    max_candidates: int = 256
     quantum_fraction: float = 0.1
     seed: int = 0
 
@@ -53,8 +62,11 @@ class AdaptiveConfig:
             "min_gain": 0 <= self.min_gain < 1,
             "min_interval_s": self.min_interval_s >= 0,
             "min_steps": self.min_steps >= 1,
+            "min_fill": 0 <= self.min_fill <= 1,
             "tolerance": self.tolerance >= 0,
             "concurrency_tolerance": self.concurrency_tolerance >= 0,
+            "latency_tolerance": self.latency_tolerance >= 0,
+            "max_candidates": self.max_candidates >= 1,
             "quantum_fraction": 0 < self.quantum_fraction <= 1,
             "solve_interval_s": self.solve_interval_s >= 0,
             "method": self.method in ("auto", "sampled", "exact"),
@@ -67,8 +79,9 @@ class AdaptiveConfig:
 @dataclass(frozen=True)
 class Retune:
     """One solve and what came of it: at ``time_s`` the vector in force was ``old`` (predicted
-    ``current_tok_s`` on the window's inputs), the best found ``new`` (``predicted_tok_s``); ``applied`` says
-    whether the controller switched, ``reason`` why or why not."""
+    ``current_tok_s`` on the window's inputs), the best found ``new`` (``predicted_tok_s``) among
+    ``num_candidates`` vectors solved; ``applied`` says whether the controller switched, ``reason`` why or why
+    not."""
 
     time_s: float
     old: tuple[int, ...]
@@ -79,6 +92,7 @@ class Retune:
     reason: str
     method: str
     inputs: WindowEstimate
+    num_candidates: int = 0
 
     @property
     def predicted_gain(self) -> float:
@@ -95,6 +109,7 @@ class Retune:
             "applied": self.applied,
             "reason": self.reason,
             "method": self.method,
+            "num_candidates": self.num_candidates,
             "inputs": self.inputs.to_dict(),
         }
 
@@ -181,6 +196,8 @@ class AdaptiveController:
         estimate = self.window.estimate(caps, self.base_latency_s)
         if estimate is None or estimate.routing.num_steps < self.config.min_steps:
             return None
+        if estimate.span_s < self.config.min_fill * self.config.window_s - 1e-9:
+            return None
         n = estimate.concurrency
         tables = tuple(row[: min(cap, n)] for row, cap in zip(estimate.latency_s, caps, strict=True))
         return replace(estimate, latency_s=tables)
@@ -228,8 +245,10 @@ class SolveJob:
 
 
 def solve(job: SolveJob) -> Retune:
-    """Optimize on the job's inputs, and solve the vector in force (as clamped at that concurrency)."""
-    from trcore.throughput import SamplingConfig, ThroughputModel  # numpy and scipy: only when solving
+    """Optimize on the job's inputs (over the grid past ``max_candidates`` vectors), and solve the vector in
+    force (as clamped at that concurrency)."""
+    # numpy and scipy: only when solving
+    from trcore.throughput import SamplingConfig, ThroughputModel, feasible_thresholds, optimize_on_grid
 
     cfg, inputs, n = job.config, job.inputs, job.inputs.concurrency
     quantum = min(min(row) for row in inputs.latency_s) * cfg.quantum_fraction
@@ -239,16 +258,27 @@ def solve(job: SolveJob) -> Retune:
         [list(row) for row in inputs.latency_s],
         quantum_s=quantum,
         max_batch=list(job.max_batch),
-        sampling=SamplingConfig(seed=cfg.seed),
+        sampling=SamplingConfig(seed=cfg.seed, rel_std_error=sampling_precision(cfg.min_gain)),
     )
-    best = model.optimize(n, min_gain=cfg.min_gain, method=cfg.method)
     current = in_force(job.thresholds, n)
+    many = next(islice(feasible_thresholds(model.spec.batch_caps(n), n), cfg.max_candidates, None), None)
+    if many is not None:
+        best = optimize_on_grid(model, n, keep=[current], min_gain=cfg.min_gain, method=cfg.method)
+    else:
+        best = model.optimize(n, min_gain=cfg.min_gain, method=cfg.method)
     if current == best.thresholds:
         current_tok_s = best.throughput_tok_s
     else:
         current_tok_s = model.solve(n, current, method=cfg.method).throughput_tok_s
     found, tok_s = best.thresholds, best.throughput_tok_s
-    return Retune(job.time_s, job.thresholds, found, tok_s, current_tok_s, False, "", best.method, inputs)
+    solved = len(best.candidates)
+    return Retune(job.time_s, job.thresholds, found, tok_s, current_tok_s, False, "", best.method, inputs, solved)
+
+
+def sampling_precision(min_gain: float) -> float:
+    """The sampled method's relative standard error for a controller: a quarter of ``min_gain`` tells a gain worth
+    switching for (at least the optimizer's 0.15%, at most 0.5%: a tighter race costs CPU it does not need)."""
+    return min(max(min_gain / 4, 0.0015), 0.005)
 
 
 def policy_for_vector(policy: BatchingPolicy, vector: Sequence[int], model: int) -> BatchingPolicy:
@@ -261,19 +291,3 @@ def policy_for_vector(policy: BatchingPolicy, vector: Sequence[int], model: int)
 def in_force(thresholds: Sequence[int], num_active: int) -> tuple[int, ...]:
     """The thresholds the policies apply at ``num_active`` active requests (clamped to stay feasible)."""
     return tuple(p.threshold_for(num_active) for p in policies_for(thresholds))
-
-
-def has_moved(before: WindowEstimate, after: WindowEstimate, config: AdaptiveConfig) -> bool:
-    """Whether the window's inputs moved enough since ``before`` to solve again."""
-    n0, n1 = before.concurrency, after.concurrency
-    if n1 != n0 and abs(n1 - n0) >= max(1.0, config.concurrency_tolerance * n0):
-        return True
-    tol = config.tolerance
-    pairs = ((before.P, after.P), (before.routing.C, after.routing.C))
-    if any(
-        abs(x - y) > tol for a, b in pairs for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=True)
-    ):
-        return True
-    # Tables are cut at the concurrency, so compare the batch sizes both have.
-    tables = zip(before.latency_s, after.latency_s, strict=True)
-    return any(abs(y / x - 1.0) > tol for ta, tb in tables for x, y in zip(ta, tb, strict=False))

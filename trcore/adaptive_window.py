@@ -11,10 +11,13 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trcore.errors import ConfigError
 from trcore.routing_stats import RoutingStats, stats_from_counts
+
+if TYPE_CHECKING:
+    from trcore.adaptive import AdaptiveConfig
 
 #: Per model: batch size -> (number of steps, their total seconds).
 StepTally = Mapping[int, tuple[int, float]]
@@ -87,7 +90,8 @@ class WindowEstimate:
     """What the window says: routing (``routing.P``, ``routing.C``; ``P`` is ``routing.P`` with an unvisited
     model's row sent to model 0), the concurrency seen (time-weighted mean active count, rounded), per model a
     step-time table by batch size - 1 and its scale against the base latency (None without one: the table is
-    then fitted to the measured steps), and the window's span."""
+    then fitted to the measured steps), its steps and their mean batch size (0 without steps), and the window's
+    span."""
 
     routing: RoutingStats
     P: tuple[tuple[float, ...], ...]
@@ -96,6 +100,7 @@ class WindowEstimate:
     scale: tuple[float | None, ...]
     num_steps: tuple[int, ...]
     span_s: float
+    mean_batch: tuple[float, ...]
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary (tables cut to the batch sizes up to the concurrency)."""
@@ -106,6 +111,7 @@ class WindowEstimate:
             "scale": list(self.scale),
             "latency_ms": [[round(x * 1000, 4) for x in row[: self.concurrency]] for row in self.latency_s],
             "num_steps": list(self.num_steps),
+            "mean_batch": list(self.mean_batch),
             "num_request_steps": self.routing.num_steps,
             "span_s": self.span_s,
         }
@@ -151,8 +157,11 @@ class ObservationWindow:
             scales.append(fitted[1])
         concurrency = max(1, round(sum(o.active_s for o in self.observations) / span))
         num_steps = tuple(sum(n for n, _ in t.values()) for t in tallies)
+        mean_batch = tuple(
+            sum(b * n for b, (n, _) in t.items()) / max(k, 1) for t, k in zip(tallies, num_steps, strict=True)
+        )
         P = tuple(row if i not in routing.unvisited else _to_entry(m) for i, row in enumerate(routing.P))
-        return WindowEstimate(routing, P, concurrency, tuple(tables), tuple(scales), num_steps, span)
+        return WindowEstimate(routing, P, concurrency, tuple(tables), tuple(scales), num_steps, span, mean_batch)
 
 
 def _to_entry(m: int) -> tuple[float, ...]:
@@ -199,3 +208,28 @@ def _fitted_line(tally: Mapping[int, tuple[int, float]], cap: int) -> tuple[floa
     slope = max(cov / var, 0.0) if var > 0 else 0.0
     floor = min(t / c for c, t in tally.values())
     return tuple(max(mean_t + slope * (b - mean_b), floor) for b in range(1, cap + 1))
+
+
+def has_moved(before: WindowEstimate, after: WindowEstimate, config: AdaptiveConfig) -> bool:
+    """Whether the window's inputs moved enough since ``before`` to solve again."""
+    n0, n1 = before.concurrency, after.concurrency
+    if n1 != n0 and abs(n1 - n0) >= max(1.0, config.concurrency_tolerance * n0):
+        return True
+    tol = config.tolerance
+    pairs = ((before.P, after.P), (before.routing.C, after.routing.C))
+    if any(
+        abs(x - y) > tol for a, b in pairs for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=True)
+    ):
+        return True
+    return latency_moved(before, after, config.latency_tolerance)
+
+
+def latency_moved(before: WindowEstimate, after: WindowEstimate, tolerance: float) -> bool:
+    """Whether the models' step times, each at the mean batch it ran in ``after``'s window, changed apart by
+    more than ``tolerance`` (one model's change over another's; a change common to all leaves the best vector
+    as it was)."""
+    changes = []
+    for old, new, mean in zip(before.latency_s, after.latency_s, after.mean_batch, strict=True):
+        at = min(max(round(mean), 1), len(old), len(new)) - 1
+        changes.append(new[at] / old[at])
+    return max(changes) / min(changes) - 1.0 > tolerance

@@ -59,9 +59,12 @@ class AdaptiveThresholdsConfig(StrictSection):
     min_gain: float = Field(0.02, ge=0.0, lt=1.0)
     min_interval_s: float = Field(10.0, ge=0)
     min_steps: int = Field(200, ge=1)
+    min_fill: float = Field(1.0, ge=0, le=1)
     tolerance: float = Field(0.02, ge=0)
+    latency_tolerance: float = Field(0.05, ge=0)
     solve_interval_s: float = Field(5.0, ge=0)
     method: Literal["auto", "sampled", "exact"] = "auto"
+    max_candidates: int = Field(256, ge=1)
     tick_s: float = Field(1.0, gt=0)
     initial: list[int] | None = None
     max_cpu_fraction: float = Field(0.02, gt=0, le=1)

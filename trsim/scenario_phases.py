@@ -40,9 +40,12 @@ class AdaptiveSpec(Strict):
     min_gain: float = Field(default=0.02, ge=0, lt=1)
     min_interval_s: float = Field(default=10.0, ge=0)
     min_steps: int = Field(default=200, ge=1)
+    min_fill: float = Field(default=1.0, ge=0, le=1)
     tolerance: float = Field(default=0.02, ge=0)
+    latency_tolerance: float = Field(default=0.05, ge=0)
     solve_interval_s: float = Field(default=5.0, ge=0)
     method: Literal["auto", "sampled", "exact"] = "auto"
+    max_candidates: int = Field(default=256, ge=1)
     tick_s: Positive = 1.0
     solve_delay_s: float = Field(default=0.0, ge=0)
     seed: int = 0

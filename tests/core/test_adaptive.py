@@ -34,6 +34,7 @@ def window(P, start, end, concurrency=8, scale=1.0, steps=1000):
 
 
 def controller(thresholds, **knobs):
+    knobs.setdefault("window_s", 5.0)  # the scripted spans fill the window
     return AdaptiveController(AdaptiveConfig(**knobs), thresholds, base_latency_s=BASE)
 
 
@@ -120,7 +121,9 @@ def test_no_switch_below_min_gain():
 
 
 def test_min_interval_holds_a_switch_until_it_passed_without_solving_again():
-    ctl = AdaptiveController(AdaptiveConfig(min_interval_s=30.0), (8, 1), base_latency_s=BASE, started_s=0.0)
+    ctl = AdaptiveController(
+        AdaptiveConfig(min_interval_s=30.0, window_s=5.0), (8, 1), base_latency_s=BASE, started_s=0.0
+    )
     ctl.observe(window(COLLAPSE, 0.0, 5.0))
     held = ctl.decide(10.0)
     assert not held.applied and held.reason == "min_interval_s" and ctl.thresholds == (8, 1)

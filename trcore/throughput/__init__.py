@@ -7,6 +7,7 @@ large; ``memory`` checks that N requests fit in the models' KV caches; ``results
 (``model``) returns.
 """
 
+from trcore.throughput.grid import optimize_on_grid, threshold_grid
 from trcore.throughput.memory import KVDemand, MemoryVerdict, memory_check
 from trcore.throughput.model import METHODS, ThroughputModel, feasible_thresholds
 from trcore.throughput.results import OptimizeResult, ThroughputResult
@@ -22,4 +23,6 @@ __all__ = [
     "ThroughputResult",
     "feasible_thresholds",
     "memory_check",
+    "optimize_on_grid",
+    "threshold_grid",
 ]

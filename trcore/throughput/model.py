@@ -104,8 +104,13 @@ class ThroughputModel:
         workers: int = 1,
         min_gain: float = 0.0,
         method: str = "exact",
+        candidates: Sequence[Sequence[int]] | None = None,
     ) -> OptimizeResult:
         """Solve every feasible threshold vector and return the best (ties: the first in enumeration order).
+
+        ``candidates``: solve only these vectors (and no delay, which is always among them), e.g.
+        :func:`threshold_grid`'s; each must be feasible at ``num_requests``, and entries above a model's cap
+        act like the cap.
 
         ``min_gain``: a vector that delays batches must beat no delay (all thresholds 1) by more than this
         fraction, else no delay is returned; a predicted gain below the model's own error is not worth the
@@ -130,16 +135,16 @@ class ThroughputModel:
         check_memory(self._P, self.kv, int(num_requests))
         num_requests = int(num_requests)
         caps = self.spec.batch_caps(num_requests)
-        vectors = list(feasible_thresholds(caps, num_requests))
+        vectors = _candidates(caps, num_requests, candidates)
         universe = self._exact_universe(num_requests, caps, len(vectors), method)
         if universe is None:
-            best, candidates = optimize_sampled(self.spec, num_requests, vectors, self.sampling, min_gain)
+            best, results = optimize_sampled(self.spec, num_requests, vectors, self.sampling, min_gain)
         else:
-            candidates = _solve_many(self.spec, universe, [FixedThresholds(b, caps) for b in vectors], workers)
-            best = _best(candidates, min_gain)
+            results = _solve_many(self.spec, universe, [FixedThresholds(b, caps) for b in vectors], workers)
+            best = _best(results, min_gain)
         used = "sampled" if universe is None else "exact"
         elapsed = clock() - start if clock else 0.0
-        return OptimizeResult(best.thresholds, best.throughput_tok_s, candidates, elapsed, used)
+        return OptimizeResult(best.thresholds, best.throughput_tok_s, results, elapsed, used)
 
     def _exact_universe(
         self, num_requests: int, caps: tuple[int, ...], num_vectors: int, method: str
@@ -169,6 +174,19 @@ def feasible_thresholds(caps: Sequence[int], num_requests: int) -> Iterator[tupl
     for first in range(1, min(caps[0], num_requests) + 1):
         for rest in feasible_thresholds(caps[1:], num_requests - (first - 1)):
             yield (first, *rest)
+
+
+def _candidates(
+    caps: tuple[int, ...], num_requests: int, given: Sequence[Sequence[int]] | None
+) -> list[tuple[int, ...]]:
+    """Every feasible vector, or ``given`` clamped to the caps with no delay added first when missing."""
+    if given is None:
+        return list(feasible_thresholds(caps, num_requests))
+    vectors = [tuple(min(int(b), c) for b, c in zip(v, caps, strict=True)) for v in given]
+    for v in vectors:
+        check_feasible(v, num_requests)
+    ones = (1,) * len(caps)
+    return list(dict.fromkeys([ones, *vectors] if ones not in vectors else vectors))
 
 
 def _best(candidates: list[ThroughputResult], min_gain: float) -> ThroughputResult:

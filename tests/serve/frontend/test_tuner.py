@@ -36,7 +36,7 @@ def report(model: int, stays: int, moves: int, dropped: int = 0, finished: int =
 
 
 def tuner(thresholds, sent, clock, **knobs):
-    cfg = AdaptiveThresholdsConfig(window_s=10.0, min_steps=100, **knobs)
+    cfg = AdaptiveThresholdsConfig(window_s=5.0, min_steps=100, **knobs)
     return Tuner(
         cfg, thresholds, entry_model=0, max_batch=[8, 8], model_names=["small", "large"],
         registry=CollectorRegistry(), broadcast=sent.append, num_active=lambda: 8, clock=clock, say=lambda _: None,
