@@ -5,7 +5,8 @@ Each step report adds its step time by batch size, every request's routing decis
 that continues it; kept when its output grew; a finished request counts as going back to the entry model) and
 the active count to the current span; every ``tick_s`` an asyncio task closes the span, hands it to the
 controller and asks for a decision. A solve runs in a process of its own (one, started at the first solve), so
-that its 1-2 s of CPU at N = 64 never holds the interpreter lock the event loop serving requests needs.
+that its CPU (0.2-0.6 s at N = 64 on two models) never holds the interpreter lock the event loop serving requests
+needs.
 Solves are held to a CPU budget (``max_cpu_fraction`` of the time run, plus ``cpu_credit_s``); a tick over budget
 decides on the last solve. A switch goes to every subserver in one :class:`Thresholds` message, applied at its
 next launch; a worker that (re)connects is sent the vector in force. Every solve is logged with its inputs and
