@@ -25,7 +25,8 @@ class AdaptiveConfig:
 
     * ``window_s``: observations older than this are forgotten;
     * ``min_gain``: a new vector must be predicted to beat the one in force by more than this fraction (and
-      a vector that delays batches must beat B = 1 by as much, as in ``optimize``);
+      a vector that delays batches must beat B = 1 by as much, as in ``optimize``); a delaying vector in force
+      that no longer beats B = 1 by half of it goes back to B = 1;
     * ``min_interval_s``: at least this long between two switches;
     * ``min_steps``: request-steps the window must hold before a decision; ``min_fill``: the fraction of
       ``window_s`` it must span (a half-filled window at start-up decides on a few noisy seconds);
@@ -184,12 +185,20 @@ class AdaptiveController:
             return None
         if solved.new == self.thresholds:
             return self._record(replace(solved, reason="in force")) if fresh else None
-        if solved.predicted_gain <= self.config.min_gain:
+        if solved.predicted_gain <= self._needed_gain(solved.new):
             return self._record(replace(solved, reason="below min_gain")) if fresh else None
         last = self._last_switch_s
         if last is not None and now - last < self.config.min_interval_s:
             return self._record(replace(solved, reason="min_interval_s")) if fresh else None
         return self._switch(replace(solved, time_s=now, old=self.thresholds, applied=True, reason="gain"))
+
+    def _needed_gain(self, new: tuple[int, ...]) -> float:
+        """The predicted gain a switch to ``new`` needs: ``min_gain``, but back to no delay from a delaying vector
+        only that the delay no longer earns half of it (its waits cost latency; the margin keeps a vector near
+        the border from flapping)."""
+        if max(new) == 1 < max(self.thresholds):
+            return -self.config.min_gain / 2
+        return self.config.min_gain
 
     def _estimate(self) -> WindowEstimate | None:
         caps = self.max_batch

@@ -161,3 +161,15 @@ def test_state_is_json_ready():
     state = json.loads(json.dumps(ctl.state()))
     assert state["thresholds"] == [1, 1] and state["estimate"]["concurrency"] == 8
     assert state["last_retune"]["old"] == [8, 1]
+
+
+def test_a_delaying_vector_that_no_longer_earns_its_waits_goes_back_to_no_delay():
+    # Under MILD at N = 8, (1, 2) beats (1, 1) by about 0.95%.
+    lax = controller((1, 2), min_gain=0.01)  # 0.95% is above half of 1%: (1, 2) stays
+    lax.observe(window(MILD, 0.0, 5.0))
+    kept = lax.decide(5.0)
+    assert kept.new == (1, 1) and not kept.applied and lax.thresholds == (1, 2)
+    strict = controller((1, 2), min_gain=0.04)  # below half of 4%: back to B = 1, at a predicted loss
+    strict.observe(window(MILD, 0.0, 5.0))
+    back = strict.decide(5.0)
+    assert back.applied and strict.thresholds == (1, 1) and -0.02 < back.predicted_gain < 0
