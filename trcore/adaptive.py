@@ -38,8 +38,8 @@ class AdaptiveConfig:
     * ``solve_interval_s``: at least this long between two solves (a window sliding over a change moves on
       every tick; this bounds the solver's work);
     * ``method``: the optimizer's (``auto``: exact while cheap, else sampled; ``sampled``); ``max_candidates``:
-      where more vectors are feasible, only :func:`~trcore.throughput.threshold_grid`'s (and the vector in
-      force) are solved, at a fraction of the CPU;
+      where more vectors are feasible, :func:`~trcore.throughput.optimize_on_grid` solves a grid (and the
+      vector in force), then the box around its best, at a fraction of the CPU;
       ``quantum_fraction``: its time quantum as a fraction of the shortest step; ``seed``: its draws.
     """
 

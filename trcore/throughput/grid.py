@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from trcore.throughput.model import ThroughputModel, feasible_thresholds
+from trcore.throughput.model import ThroughputModel, clamp_to_caps, feasible_thresholds
 from trcore.throughput.results import OptimizeResult
 
 #: 1, 2, 3, 4, 6, 8, 12, 16, 24, ...: each value at most 1.5 times the one before.
@@ -21,8 +21,7 @@ def threshold_grid(caps: Sequence[int], num_requests: int, keep: Sequence[Sequen
     within one grid step of the optimum on each model."""
     feasible = feasible_thresholds(caps, num_requests)
     grid = [v for v in feasible if all(b in GRID_VALUES or b == c for b, c in zip(v, caps, strict=True))]
-    extra = [tuple(min(int(b), c) for b, c in zip(v, caps, strict=True)) for v in keep]
-    extra = [v for v in extra if sum(b - 1 for b in v) < num_requests and v not in grid]
+    extra = [v for v in (clamp_to_caps(v, caps) for v in keep) if _feasible(v, num_requests) and v not in grid]
     return grid + list(dict.fromkeys(extra))
 
 
@@ -33,7 +32,12 @@ def box_around(vector: Sequence[int], caps: Sequence[int], num_requests: int) ->
     vectors: list[tuple[int, ...]] = [()]
     for axis in axes:
         vectors = [(*v, b) for v in vectors for b in axis]
-    return [v for v in vectors if sum(b - 1 for b in v) < num_requests]
+    return [v for v in vectors if _feasible(v, num_requests)]
+
+
+def _feasible(vector: tuple[int, ...], num_requests: int) -> bool:
+    """:func:`feasible_thresholds`' rule: fewer than ``num_requests`` requests can wait below thresholds."""
+    return sum(b - 1 for b in vector) < num_requests
 
 
 def _near(b: int, cap: int) -> list[int]:

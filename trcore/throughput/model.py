@@ -176,13 +176,18 @@ def feasible_thresholds(caps: Sequence[int], num_requests: int) -> Iterator[tupl
             yield (first, *rest)
 
 
+def clamp_to_caps(vector: Sequence[int], caps: Sequence[int]) -> tuple[int, ...]:
+    """``vector`` with each threshold above its model's cap lowered to the cap (where it acts the same)."""
+    return tuple(min(int(b), c) for b, c in zip(vector, caps, strict=True))
+
+
 def _candidates(
     caps: tuple[int, ...], num_requests: int, given: Sequence[Sequence[int]] | None
 ) -> list[tuple[int, ...]]:
     """Every feasible vector, or ``given`` clamped to the caps with no delay added first when missing."""
     if given is None:
         return list(feasible_thresholds(caps, num_requests))
-    vectors = [tuple(min(int(b), c) for b, c in zip(v, caps, strict=True)) for v in given]
+    vectors = [clamp_to_caps(v, caps) for v in given]
     for v in vectors:
         check_feasible(v, num_requests)
     ones = (1,) * len(caps)
