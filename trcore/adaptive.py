@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from itertools import islice
 from typing import Any
 
-from trcore.adaptive_window import Observation, ObservationWindow, WindowEstimate, has_moved
+from trcore.adaptive_window import Observation, ObservationWindow, WindowEstimate, latency_moved
 from trcore.errors import ConfigError
 from trcore.policy import BatchingPolicy, policies_for
 
@@ -300,3 +300,17 @@ def policy_for_vector(policy: BatchingPolicy, vector: Sequence[int], model: int)
 def in_force(thresholds: Sequence[int], num_active: int) -> tuple[int, ...]:
     """The thresholds the policies apply at ``num_active`` active requests (clamped to stay feasible)."""
     return tuple(p.threshold_for(num_active) for p in policies_for(thresholds))
+
+
+def has_moved(before: WindowEstimate, after: WindowEstimate, config: AdaptiveConfig) -> bool:
+    """Whether the window's inputs moved enough since ``before`` to solve again."""
+    n0, n1 = before.concurrency, after.concurrency
+    if n1 != n0 and abs(n1 - n0) >= max(1.0, config.concurrency_tolerance * n0):
+        return True
+    tol = config.tolerance
+    pairs = ((before.P, after.P), (before.routing.C, after.routing.C))
+    if any(
+        abs(x - y) > tol for a, b in pairs for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=True)
+    ):
+        return True
+    return latency_moved(before, after, config.latency_tolerance)

@@ -11,13 +11,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trcore.errors import ConfigError
 from trcore.routing_stats import RoutingStats, stats_from_counts
-
-if TYPE_CHECKING:
-    from trcore.adaptive import AdaptiveConfig
 
 #: Per model: batch size -> (number of steps, their total seconds).
 StepTally = Mapping[int, tuple[int, float]]
@@ -208,20 +205,6 @@ def _fitted_line(tally: Mapping[int, tuple[int, float]], cap: int) -> tuple[floa
     slope = max(cov / var, 0.0) if var > 0 else 0.0
     floor = min(t / c for c, t in tally.values())
     return tuple(max(mean_t + slope * (b - mean_b), floor) for b in range(1, cap + 1))
-
-
-def has_moved(before: WindowEstimate, after: WindowEstimate, config: AdaptiveConfig) -> bool:
-    """Whether the window's inputs moved enough since ``before`` to solve again."""
-    n0, n1 = before.concurrency, after.concurrency
-    if n1 != n0 and abs(n1 - n0) >= max(1.0, config.concurrency_tolerance * n0):
-        return True
-    tol = config.tolerance
-    pairs = ((before.P, after.P), (before.routing.C, after.routing.C))
-    if any(
-        abs(x - y) > tol for a, b in pairs for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=True)
-    ):
-        return True
-    return latency_moved(before, after, config.latency_tolerance)
 
 
 def latency_moved(before: WindowEstimate, after: WindowEstimate, tolerance: float) -> bool:
