@@ -129,6 +129,11 @@ class ObservationWindow:
         while len(self.observations) > 1 and self.observations[0].end_s <= obs.end_s - self.window_s + 1e-9:
             self.observations.popleft()
 
+    def drop_before(self, start_s: float) -> None:
+        """Forget the observations that started before ``start_s`` (the newest is always kept)."""
+        while len(self.observations) > 1 and self.observations[0].start_s < start_s - 1e-9:
+            self.observations.popleft()
+
     @property
     def span_s(self) -> float:
         obs = self.observations

@@ -63,6 +63,8 @@ class AdaptiveThresholdsConfig(StrictSection):
     tolerance: float = Field(0.02, ge=0)
     latency_tolerance: float = Field(0.05, ge=0)
     solve_interval_s: float = Field(5.0, ge=0)
+    change_window_s: float | None = Field(None, ge=0)
+    change_sigma: float = Field(4.0, gt=0)
     method: Literal["auto", "sampled", "exact"] = "auto"
     max_candidates: int = Field(256, ge=1)
     tick_s: float = Field(1.0, gt=0)

@@ -44,6 +44,8 @@ class AdaptiveSpec(Strict):
     tolerance: float = Field(default=0.02, ge=0)
     latency_tolerance: float = Field(default=0.05, ge=0)
     solve_interval_s: float = Field(default=5.0, ge=0)
+    change_window_s: float | None = Field(default=None, ge=0)
+    change_sigma: float = Field(default=4.0, gt=0)
     method: Literal["auto", "sampled", "exact"] = "auto"
     max_candidates: int = Field(default=256, ge=1)
     tick_s: Positive = 1.0

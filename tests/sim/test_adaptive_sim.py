@@ -92,6 +92,20 @@ def test_stationary_traffic_switches_at_most_once():
     assert len(result.extra["switches"]) <= 1
 
 
+def test_adaptive_follows_a_routing_change_within_two_ticks():
+    # Chat traffic at N = 8 keeps B = 1; half the small model's steps handing off calls for delaying the large model.
+    # The change test sees the new routing in the window's last second and the controller solves on it at once,
+    # where a 4 s window would still mix both (with change_window_s 0 the switch comes at 15 s).
+    phases = [{"duration_s": 10, "router": {"P": [[0.9, 0.1], [1.0, 0.0]]}},
+              {"duration_s": 6, "router": {"P": [[0.5, 0.5], [1.0, 0.0]]}}]  # fmt: skip
+    data = scenario(phases)
+    data["models"] = [dict(m, threshold=1) for m in MODELS]
+    data["workload"]["output_tokens"] = 256
+    _, result = run(data, adaptive=True)
+    (switch,) = result.extra["switches"]
+    assert 10.0 < switch["time_s"] <= 12.0 and switch["new"][0] == 1 and switch["new"][1] > 1
+
+
 def test_solve_delay_defers_the_switch():
     data = scenario([{"duration_s": 12, "router": COLLAPSE}])
     config = scenario_config(Scenario.model_validate(data), adaptive=True)

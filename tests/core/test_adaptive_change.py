@@ -1,0 +1,131 @@
+"""The change test in the adaptive controller's window, on hand-built spans: a routing or concurrency change is
+found where it starts, noise of a few steps is not, and the controller solves and switches on the newer part at
+once (lifting ``min_interval_s``) where without the test it waits for the window to slide."""
+
+import random
+
+import pytest
+
+from trcore.adaptive import AdaptiveConfig, AdaptiveController
+from trcore.adaptive_change import change_point, routing_changed, tally
+from trcore.adaptive_window import ObservationBuilder
+
+from .test_adaptive import BASE, MILD
+
+#: Half the small model's steps hand off: at N = 8 on the issue's tables the best vector delays the large model.
+REASONING = [[0.5, 0.5], [1.0, 0.0]]
+
+
+def span(P, start, end, concurrency=8, steps=1000):
+    """One span: per model ``steps`` request-steps split by P (rounded), batch-4 steps at the base table."""
+    b = ObservationBuilder(2, start, concurrency)
+    for i, row in enumerate(P):
+        for j, p in enumerate(row):
+            for _ in range(round(p * steps)):
+                b.record_route(i, j, True)
+        for _ in range(steps // 4):
+            b.record_step(i, 4, BASE[i][3])
+    return b.flush(end)
+
+
+def seconds(P, start, end, **kw):
+    return [span(P, t, t + 1.0, **kw) for t in range(start, end)]
+
+
+KNOBS = {"tolerance": 0.02, "concurrency_tolerance": 0.1, "sigma": 4.0}
+
+
+def test_a_routing_change_is_found_where_it_starts():
+    obs = seconds(MILD, 0, 4) + seconds(REASONING, 4, 5)
+    assert change_point(obs, 1.0, 2.0, **KNOBS) == 4.0
+    assert change_point(seconds(MILD, 0, 5), 1.0, 2.0, **KNOBS) is None
+
+
+def test_a_concurrency_change_is_found_and_a_small_one_is_not():
+    assert change_point(seconds(MILD, 0, 4) + seconds(MILD, 4, 5, concurrency=64), 1.0, 2.0, **KNOBS) == 4.0
+    # 8 -> 8.5: half a request is below the one-request floor
+    assert change_point(seconds(MILD, 0, 4) + seconds(MILD, 4, 5, concurrency=8.5), 1.0, 2.0, **KNOBS) is None
+
+
+def test_too_short_a_history_tells_nothing():
+    obs = seconds(MILD, 0, 1) + seconds(REASONING, 1, 2)
+    assert change_point(obs, 1.0, 2.0, **KNOBS) is None  # the older part spans 1 s of the 2 needed
+    assert change_point(obs, 0.0, 0.0, **KNOBS) is None  # the test turned off
+
+
+def test_a_few_steps_are_noise_many_are_a_change():
+    # 10% hand-offs in 1,000 steps, then 20% in the next 30: 0.1 apart is 1.8 standard errors, no change;
+    # the same 20% over 1,000 steps is 6 standard errors.
+    before = tally([span([[0.9, 0.1], [1.0, 0.0]], 0, 4)])
+    few = tally([span([[0.8, 0.2], [1.0, 0.0]], 4, 5, steps=30)])
+    many = tally([span([[0.8, 0.2], [1.0, 0.0]], 4, 5)])
+    assert not routing_changed(before, few, 0.02, 4.0)
+    assert routing_changed(before, many, 0.02, 4.0)
+    assert not routing_changed(before, many, 0.2, 4.0)  # within the tolerance
+
+
+def controller(**knobs):
+    knobs = {"window_s": 5.0, "min_gain": 0.02, "min_interval_s": 30.0, "solve_interval_s": 5.0, **knobs}
+    config = AdaptiveConfig(**knobs)
+    return AdaptiveController(config, (1, 1), base_latency_s=BASE, started_s=0.0)
+
+
+def feed(ctl, P, start, end):
+    decisions = []
+    for obs in seconds(P, start, end):
+        ctl.observe(obs)
+        decisions.append(ctl.decide(obs.end_s))
+    return decisions
+
+
+def test_the_controller_switches_one_tick_after_the_change():
+    ctl = controller()
+    feed(ctl, MILD, 0, 5)  # (1, 2) is 1% better than B = 1: below min_gain, (1, 1) stays
+    assert ctl.thresholds == (1, 1) and ctl.num_solves == 1
+    (retune,) = feed(ctl, REASONING, 5, 6)
+    assert ctl.changes == [6.0] and len(ctl.window.observations) == 1
+    # Solved on the newer second alone: the reasoning traffic's vector, at once, though min_interval_s (30 s)
+    # has not passed since the start.
+    assert retune.applied and retune.time_s == 6.0 and tuple(map(tuple, REASONING)) == retune.inputs.P
+    assert retune.new[0] == 1 and retune.new[1] > 1 and retune.predicted_gain > 0.02
+
+
+def test_without_the_test_the_controller_waits_for_the_window():
+    ctl = controller(change_window_s=0.0)
+    feed(ctl, MILD, 0, 5)
+    decisions = feed(ctl, REASONING, 5, 12)
+    assert ctl.changes == [] and ctl.switches == []  # mixed windows, then min_interval_s holds it
+    assert any(d is not None and d.reason == "min_interval_s" for d in decisions)
+
+
+def noisy_run(**knobs):
+    """120 s at 300 request-steps a second on the small model, 30% handing off, drawn: binomial noise only."""
+    rng = random.Random(7)
+    ctl = controller(min_interval_s=10.0, **knobs)
+    for t in range(120):
+        handoffs = sum(rng.random() < 0.3 for _ in range(300))
+        b = ObservationBuilder(2, float(t), 8)
+        for _ in range(handoffs):
+            b.record_route(0, 1, True)
+            b.record_route(1, 0, True)
+        for _ in range(300 - handoffs):
+            b.record_route(0, 0, True)
+        for i in range(2):
+            b.record_step(i, 4, BASE[i][3])
+        ctl.observe(b.flush(t + 1.0))
+        ctl.decide(t + 1.0)
+    return ctl
+
+
+def test_stationary_noise_is_not_a_change():
+    tested, untested = noisy_run(), noisy_run(change_window_s=0.0)
+    assert tested.changes == []
+    assert [(s.time_s, s.new) for s in tested.switches] == [(s.time_s, s.new) for s in untested.switches]
+
+
+def test_knobs_are_checked():
+    with pytest.raises(Exception, match="change_window_s"):
+        AdaptiveConfig(window_s=5.0, change_window_s=5.0)
+    with pytest.raises(Exception, match="change_sigma"):
+        AdaptiveConfig(change_sigma=0.0)
+    assert AdaptiveConfig(window_s=8.0).change_s == 2.0 and AdaptiveConfig(change_window_s=0.0).change_s == 0.0

@@ -1,0 +1,92 @@
+"""Whether the traffic changed inside the adaptive controller's window.
+
+A sliding window that spans a change mixes both regimes until it has slid past it: a controller that waits for
+that reacts a whole window late, and one that decides on the mixture picks a vector for traffic that never
+existed. At every decision the controller compares the window's last ``recent_s`` with the rest: when the
+concurrency moved by more than its tolerance, or some routing probability by more than its tolerance and by
+``sigma`` standard errors of the two estimates (a two-proportion test on the transition counts, so a few noisy
+seconds at low traffic do not count as a change), the older observations are dropped and the controller
+solves on the newer ones. :func:`change_point` answers with the start of the newer part; no clock is read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from trcore.adaptive_window import Observation
+
+#: Transitions a model's row needs in each part before its routing is compared (fewer: not compared).
+MIN_ROW_STEPS = 20
+
+
+@dataclass(frozen=True)
+class Tally:
+    """Observations summed: per model the transitions to each model, the active-request seconds, the span."""
+
+    transitions: tuple[tuple[int, ...], ...]
+    active_s: float
+    span_s: float
+
+    @property
+    def concurrency(self) -> float:
+        """The time-weighted mean active count."""
+        return self.active_s / self.span_s if self.span_s > 0 else 0.0
+
+
+def tally(observations: Sequence[Observation]) -> Tally:
+    """The observations' counts summed, over the span from the first's start to the last's end."""
+    m = len(observations[0].transitions)
+    transitions = tuple(tuple(sum(o.transitions[i][j] for o in observations) for j in range(m)) for i in range(m))
+    span = observations[-1].end_s - observations[0].start_s
+    return Tally(transitions, sum(o.active_s for o in observations), span)
+
+
+def concurrency_changed(before: Tally, after: Tally, tolerance: float) -> bool:
+    """The mean active count moved by at least one request and by more than ``tolerance`` (relative)."""
+    change = abs(after.concurrency - before.concurrency)
+    return change >= max(1.0, tolerance * before.concurrency)
+
+
+def routing_changed(before: Tally, after: Tally, tolerance: float, sigma: float) -> bool:
+    """Some model's probability of going on to some model moved by more than ``tolerance`` (absolute) and by
+    more than ``sigma`` standard errors (two-proportion test, pooled); rows with fewer than
+    :data:`MIN_ROW_STEPS` transitions in either part are not compared."""
+    for row_a, row_b in zip(before.transitions, after.transitions, strict=True):
+        n_a, n_b = sum(row_a), sum(row_b)
+        if min(n_a, n_b) < MIN_ROW_STEPS:
+            continue
+        for c_a, c_b in zip(row_a, row_b, strict=True):
+            diff = abs(c_a / n_a - c_b / n_b)
+            pooled = (c_a + c_b) / (n_a + n_b)
+            std_error = math.sqrt(pooled * (1.0 - pooled) * (1.0 / n_a + 1.0 / n_b))
+            if diff > tolerance and diff > sigma * std_error:
+                return True
+    return False
+
+
+def change_point(
+    observations: Sequence[Observation],
+    recent_s: float,
+    min_before_s: float,
+    *,
+    tolerance: float,
+    concurrency_tolerance: float,
+    sigma: float,
+) -> float | None:
+    """The start of the observations of the last ``recent_s`` seconds when their traffic differs from that of
+    the ones before them, which must span at least ``min_before_s``; None when it does not, or cannot be told."""
+    if recent_s <= 0 or not observations:
+        return None
+    cut = observations[-1].end_s - recent_s - 1e-9
+    recent = [o for o in observations if o.start_s >= cut]
+    older = [o for o in observations if o.start_s < cut]
+    if not recent or not older:
+        return None
+    before, after = tally(older), tally(recent)
+    if before.span_s < min_before_s - 1e-9:
+        return None
+    if concurrency_changed(before, after, concurrency_tolerance) or routing_changed(before, after, tolerance, sigma):
+        return recent[0].start_s
+    return None
