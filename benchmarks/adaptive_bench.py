@@ -198,7 +198,13 @@ def run_scenario(path: Path, bin_s: float) -> dict[str, Any]:
                 }
                 for r in records
             ],
-            "switches": [{k: s[k] for k in ("time_s", "old", "new", "predicted_gain")} for s in switches],
+            "switches": [
+                {
+                    **{k: s[k] for k in ("time_s", "old", "new", "predicted_gain")},
+                    "window_concurrency": s["inputs"]["concurrency"],
+                }
+                for s in switches
+            ],
             "timeline": thresholds_timeline(initial, steps, records[-1]["end_s"]),
             "wall_s": time.perf_counter() - t0,
         }
