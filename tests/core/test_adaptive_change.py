@@ -47,6 +47,21 @@ def test_a_concurrency_change_is_found_and_a_small_one_is_not():
     assert change_point(seconds(MILD, 0, 4) + seconds(MILD, 4, 5, concurrency=8.5), 1.0, 2.0, **KNOBS) is None
 
 
+def at(concurrencies):
+    """1 s spans of MILD traffic at these mean active counts."""
+    return [span(MILD, t, t + 1.0, concurrency=n) for t, n in enumerate(concurrencies)]
+
+
+def test_a_closed_loop_swinging_by_a_square_root_is_not_a_change():
+    # The stack at N = 64: 1 s means between 42 and 63. 63 after (43, 61, 48) is 12.3 above their mean, within
+    # 4 x 9.3 (their deviation) x 1.15 = 42.9; 25 after four steady seconds near 64 is 38.8 below, beyond
+    # 4 x 8 (the square-root floor) x 1.12 = 35.7.
+    assert change_point(at([43, 61, 48, 63]), 1.0, 2.0, **KNOBS) is None
+    assert change_point(at([43, 61, 48, 45]), 1.0, 2.0, **KNOBS) is None
+    assert change_point(at([64, 64, 63, 64, 25]), 1.0, 2.0, **KNOBS) == 4.0
+    assert change_point(at([8, 8, 8, 8, 24]), 1.0, 2.0, **KNOBS) == 4.0  # 16 > 4 x 2.8 x 1.12
+
+
 def test_too_short_a_history_tells_nothing():
     obs = seconds(MILD, 0, 1) + seconds(REASONING, 1, 2)
     assert change_point(obs, 1.0, 2.0, **KNOBS) is None  # the older part spans 1 s of the 2 needed
