@@ -11,21 +11,10 @@ from trcore.adaptive_change import change_point, routing_changed, tally
 from trcore.adaptive_window import ObservationBuilder
 
 from .test_adaptive import BASE, MILD
+from .test_adaptive import window as span
 
 #: Half the small model's steps hand off: at N = 8 on the issue's tables the best vector delays the large model.
 REASONING = [[0.5, 0.5], [1.0, 0.0]]
-
-
-def span(P, start, end, concurrency=8, steps=1000):
-    """One span: per model ``steps`` request-steps split by P (rounded), batch-4 steps at the base table."""
-    b = ObservationBuilder(2, start, concurrency)
-    for i, row in enumerate(P):
-        for j, p in enumerate(row):
-            for _ in range(round(p * steps)):
-                b.record_route(i, j, True)
-        for _ in range(steps // 4):
-            b.record_step(i, 4, BASE[i][3])
-    return b.flush(end)
 
 
 def seconds(P, start, end, **kw):
