@@ -335,12 +335,15 @@ def main() -> None:
     parser.add_argument("--scenario", action="append", type=Path, help="phase scenario (repeat) [the committed two]")
     parser.add_argument("--bin-s", type=float, default=5.0)
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--plot", type=Path, default=PLOT)
-    parser.add_argument("--report", type=Path, help="print the tables of a written JSON (and redraw --plot); no run")
+    parser.add_argument("--plot", type=Path, help=f"where the run draws its plot [{PLOT}]")
+    parser.add_argument(
+        "--report", type=Path, help="print the tables of a written JSON (and redraw --plot if given); no run"
+    )
     args = parser.parse_args()
     if args.report:
         done = json.loads(args.report.read_text())
-        plot(done, args.plot)
+        if args.plot is not None:  # a report never redraws the committed plot unasked
+            plot(done, args.plot)
         print(markdown(done))
         return
     paths = args.scenario or [Path(p) for p in DEFAULT_SCENARIOS]
@@ -353,9 +356,10 @@ def main() -> None:
     doc["wall_s"] = time.perf_counter() - started
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
-    plot(doc, args.plot)
+    figure = args.plot or PLOT
+    plot(doc, figure)
     print(markdown(doc))
-    print(f"wrote {args.out} and {args.plot}")
+    print(f"wrote {args.out} and {figure}")
 
 
 if __name__ == "__main__":
