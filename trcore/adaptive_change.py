@@ -25,11 +25,13 @@ MIN_ROW_STEPS = 20
 
 @dataclass(frozen=True)
 class Tally:
-    """Observations summed: per model the transitions to each model, the active-request seconds, the span."""
+    """Observations summed: per model the transitions to each model, the active-request seconds, the span, and
+    each observation's own mean active count."""
 
     transitions: tuple[tuple[int, ...], ...]
     active_s: float
     span_s: float
+    span_concurrency: tuple[float, ...]
 
     @property
     def concurrency(self) -> float:
@@ -42,7 +44,8 @@ def tally(observations: Sequence[Observation]) -> Tally:
     m = len(observations[0].transitions)
     transitions = tuple(tuple(sum(o.transitions[i][j] for o in observations) for j in range(m)) for i in range(m))
     span = observations[-1].end_s - observations[0].start_s
-    return Tally(transitions, sum(o.active_s for o in observations), span)
+    means = tuple(span_concurrency(o) for o in observations)
+    return Tally(transitions, sum(o.active_s for o in observations), span, means)
 
 
 def span_concurrency(obs: Observation) -> float:
@@ -51,20 +54,17 @@ def span_concurrency(obs: Observation) -> float:
     return obs.active_s / span if span > 0 else 0.0
 
 
-def concurrency_changed(
-    older: Sequence[Observation], recent: Sequence[Observation], tolerance: float, sigma: float
-) -> bool:
+def concurrency_changed(before: Tally, after: Tally, tolerance: float, sigma: float) -> bool:
     """The mean active count moved by at least one request, by more than ``tolerance`` (relative), and by more
     than ``sigma`` standard errors of the two means. The spans' spread is the older spans' sample deviation, but
     at least the square root of their mean: a closed loop's active count swings by about that from second to
     second as requests end and the next ones arrive (on the stack at N = 64, between 42 and 63 in 1 s spans)."""
-    before, after = tally(older), tally(recent)
     change = abs(after.concurrency - before.concurrency)
     if change < max(1.0, tolerance * before.concurrency):
         return False
-    means = [span_concurrency(o) for o in older]
+    means = before.span_concurrency
     spread = max(statistics.stdev(means) if len(means) > 1 else 0.0, math.sqrt(before.concurrency))
-    return change > sigma * spread * math.sqrt(1.0 / len(older) + 1.0 / len(recent))
+    return change > sigma * spread * math.sqrt(1.0 / len(means) + 1.0 / len(after.span_concurrency))
 
 
 def routing_changed(before: Tally, after: Tally, tolerance: float, sigma: float) -> bool:
@@ -105,7 +105,7 @@ def change_point(
     before, after = tally(older), tally(recent)
     if before.span_s < min_before_s - 1e-9:
         return None
-    moved = concurrency_changed(older, recent, concurrency_tolerance, sigma)
+    moved = concurrency_changed(before, after, concurrency_tolerance, sigma)
     if moved or routing_changed(before, after, tolerance, sigma):
         return recent[0].start_s
     return None
