@@ -160,11 +160,35 @@ class Outboxes:
                 sock.close(linger=0)
 
 
+class _HeldSockets:
+    """A pyzmq context that closes the sockets it made when it is collected unclosed. pyzmq tracks them only
+    weakly; in a reference cycle (a failed caller's traceback) those references are gone before the context's
+    finalizer runs, and its ``term()`` then waits forever on sockets it can no longer see."""
+
+    def socket(self, *args: Any, **kwargs: Any) -> Any:
+        sock = super().socket(*args, **kwargs)  # type: ignore[misc]
+        self.__dict__.setdefault("_held", []).append(sock)  # not setattr: a context's attributes are options
+        return sock
+
+    def __del__(self) -> None:
+        for sock in self.__dict__.get("_held", ()):
+            sock.close(linger=0)
+        super().__del__()  # type: ignore[misc]
+
+
+class _Context(_HeldSockets, zmq.Context):  # type: ignore[type-arg]
+    """A blocking context (:class:`_HeldSockets`)."""
+
+
+class _AsyncContext(_HeldSockets, zmq.asyncio.Context):
+    """An asyncio context (:class:`_HeldSockets`)."""
+
+
 class Mailbox:
     """A blocking mailbox for a worker process: one inbox, an outbox per peer."""
 
     def __init__(self, bind_address: str, peers: Mapping[int, str], keys: CurveKeys | None = None) -> None:
-        self.ctx: zmq.Context[Any] = zmq.Context()
+        self.ctx: zmq.Context[Any] = _Context()
         self.inbox = Inbox(self.ctx, bind_address, keys)
         self.address, self.counts = self.inbox.address, self.inbox.counts
         self.outboxes = Outboxes(self.ctx, peers, keys=keys)
@@ -213,9 +237,9 @@ class AsyncMailbox(PeerViews):
     """The front end's mailbox: the same outboxes, and an inbox read on an asyncio loop."""
 
     def __init__(self, bind_address: str, peers: Mapping[int, str], keys: CurveKeys | None = None) -> None:
-        self.inbox = Inbox(zmq.asyncio.Context(), bind_address, keys)
+        self.inbox = Inbox(_AsyncContext(), bind_address, keys)
         self.address, self.counts = self.inbox.address, self.inbox.counts
-        self.outboxes = Outboxes(zmq.Context(), peers, zmq.NOBLOCK, keys)
+        self.outboxes = Outboxes(_Context(), peers, zmq.NOBLOCK, keys)
         self.send, self.rewire, self.disconnect = self.outboxes.send, self.outboxes.rewire, self.outboxes.disconnect
 
     async def receive(self) -> Any:

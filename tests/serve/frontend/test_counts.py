@@ -61,6 +61,12 @@ class Processes:
         for box in self.boxes:
             box.close()
 
+    async def __aenter__(self) -> Processes:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
 
 def test_counts_are_sent_once_per_turn_and_only_when_they_change(tmp_path):
     async def scenario() -> None:

@@ -4,8 +4,10 @@ counted without stopping the receiver, messages for a peer not wired yet held un
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import stat
+import threading
 import time
 
 import pytest
@@ -154,3 +156,19 @@ def test_the_run_spec_keeps_addresses_and_keys_and_only_its_user_reads_it(tmp_pa
     assert RunSpec.load(path).endpoints == ep
     with pytest.raises(KeyError):
         ep.inbox(0)  # tcp: unknown until the worker reports it
+
+
+def test_mailboxes_left_open_in_a_reference_cycle_are_collected_without_hanging(tmp_path):
+    """A failed caller's traceback can leave its mailboxes unclosed in a cycle; collecting them must not wait
+    forever on their sockets (it once hung the whole suite)."""
+
+    async def leave_open() -> None:
+        cycle: list = [AsyncMailbox(f"ipc://{tmp_path}/fe.sock", {0: f"ipc://{tmp_path}/0.sock"})]
+        cycle += [Mailbox(f"ipc://{tmp_path}/0.sock", {FRONTEND: cycle[0].address}), cycle]
+        cycle[1].send(FRONTEND, Probe(1))
+
+    asyncio.run(leave_open())
+    collector = threading.Thread(target=gc.collect, daemon=True)
+    collector.start()
+    collector.join(20.0)
+    assert not collector.is_alive()
