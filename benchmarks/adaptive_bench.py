@@ -205,6 +205,7 @@ def run_scenario(path: Path, bin_s: float) -> dict[str, Any]:
                 }
                 for s in switches
             ],
+            "num_solves": result.extra.get("num_solves"),
             "timeline": thresholds_timeline(initial, steps, records[-1]["end_s"]),
             "wall_s": time.perf_counter() - t0,
         }

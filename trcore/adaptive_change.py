@@ -13,11 +13,10 @@ clock is read.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from trcore.adaptive_window import Observation
+from trcore.adaptive_window import Observation, concurrency_spread, span_concurrency
 
 #: Transitions a model's row needs in each part before its routing is compared (fewer: not compared).
 MIN_ROW_STEPS = 20
@@ -48,22 +47,15 @@ def tally(observations: Sequence[Observation]) -> Tally:
     return Tally(transitions, sum(o.active_s for o in observations), span, means)
 
 
-def span_concurrency(obs: Observation) -> float:
-    """One span's time-weighted mean active count."""
-    span = obs.end_s - obs.start_s
-    return obs.active_s / span if span > 0 else 0.0
-
-
 def concurrency_changed(before: Tally, after: Tally, tolerance: float, sigma: float) -> bool:
     """The mean active count moved by at least one request, by more than ``tolerance`` (relative), and by more
-    than ``sigma`` standard errors of the two means. The spans' spread is the older spans' sample deviation, but
-    at least the square root of their mean: a closed loop's active count swings by about that from second to
-    second as requests end and the next ones arrive (on the stack at N = 64, between 42 and 63 in 1 s spans)."""
+    than ``sigma`` standard errors of the two means, both taken with the older spans' spread
+    (:func:`~trcore.adaptive_window.concurrency_spread`)."""
     change = abs(after.concurrency - before.concurrency)
     if change < max(1.0, tolerance * before.concurrency):
         return False
     means = before.span_concurrency
-    spread = max(statistics.stdev(means) if len(means) > 1 else 0.0, math.sqrt(before.concurrency))
+    spread = concurrency_spread(means, before.concurrency)
     return change > sigma * spread * math.sqrt(1.0 / len(means) + 1.0 / len(after.span_concurrency))
 
 

@@ -24,9 +24,11 @@ class AdaptiveConfig:
       ``window_s`` it must span (a half-filled window at start-up decides on a few noisy seconds);
     * ``tolerance``: P and C entries that moved less than this since the last solve (absolute) reuse that
       solve instead of re-solving; ``concurrency_tolerance`` the same for the concurrency (relative, at least
-      one request); ``latency_tolerance`` for the step times, compared at the batch sizes the window ran and
-      with a change common to every model divided out (scaling every table by one factor leaves the best
-      vector as it was, and measured step times wobble by a few percent from window to window);
+      one request, and more than :data:`SOLVE_SIGMA` standard errors of the two windows' means, so a closed
+      loop's second-to-second swing does not re-solve every interval); ``latency_tolerance`` for the step
+      times, compared at the batch sizes the window ran and with a change common to every model divided out
+      (scaling every table by one factor leaves the best vector as it was, and measured step times wobble by
+      a few percent from window to window);
     * ``solve_interval_s``: at least this long between two solves (a window sliding over a change moves on
       every tick; this bounds the solver's work);
     * ``change_window_s``: the window's last this many seconds are compared with the rest at every decision
@@ -123,8 +125,7 @@ class Retune:
 
 def has_moved(before: WindowEstimate, after: WindowEstimate, config: AdaptiveConfig) -> bool:
     """Whether the window's inputs moved enough since ``before`` to solve again."""
-    n0, n1 = before.concurrency, after.concurrency
-    if n1 != n0 and abs(n1 - n0) >= max(1.0, config.concurrency_tolerance * n0):
+    if concurrency_moved(before, after, config.concurrency_tolerance):
         return True
     tol = config.tolerance
     pairs = ((before.P, after.P), (before.routing.C, after.routing.C))
@@ -133,3 +134,17 @@ def has_moved(before: WindowEstimate, after: WindowEstimate, config: AdaptiveCon
     ):
         return True
     return latency_moved(before, after, config.latency_tolerance)
+
+
+#: Standard errors the window's mean concurrency must move by to solve again (a re-solve is cheap next to a
+#: switch, so this is below the change test's ``change_sigma``).
+SOLVE_SIGMA = 2.0
+
+
+def concurrency_moved(before: WindowEstimate, after: WindowEstimate, tolerance: float) -> bool:
+    """The concurrency moved by at least one request, by ``tolerance`` (relative) and by more than
+    :data:`SOLVE_SIGMA` standard errors of the two windows' means."""
+    n0, n1 = before.concurrency, after.concurrency
+    if n1 == n0 or abs(n1 - n0) < max(1.0, tolerance * n0):
+        return False
+    return abs(n1 - n0) > SOLVE_SIGMA * math.hypot(before.concurrency_error, after.concurrency_error)

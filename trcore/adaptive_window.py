@@ -8,6 +8,8 @@ from step reports) and hand each span's :class:`Observation` to the controller; 
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -98,6 +100,8 @@ class WindowEstimate:
     num_steps: tuple[int, ...]
     span_s: float
     mean_batch: tuple[float, ...]
+    #: The standard error of ``concurrency`` (:func:`concurrency_spread` of the spans over their count's root).
+    concurrency_error: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary (tables cut to the batch sizes up to the concurrency)."""
@@ -111,6 +115,7 @@ class WindowEstimate:
             "mean_batch": list(self.mean_batch),
             "num_request_steps": self.routing.num_steps,
             "span_s": self.span_s,
+            "concurrency_error": round(self.concurrency_error, 3),
         }
 
 
@@ -157,13 +162,32 @@ class ObservationWindow:
                 return None
             tables.append(fitted[0])
             scales.append(fitted[1])
-        concurrency = max(1, round(sum(o.active_s for o in self.observations) / span))
+        mean_active = sum(o.active_s for o in self.observations) / span
+        concurrency = max(1, round(mean_active))
+        means = [span_concurrency(o) for o in self.observations]
+        error = concurrency_spread(means, mean_active) / math.sqrt(len(means))
         num_steps = tuple(sum(n for n, _ in t.values()) for t in tallies)
         mean_batch = tuple(
             sum(b * n for b, (n, _) in t.items()) / max(k, 1) for t, k in zip(tallies, num_steps, strict=True)
         )
         P = tuple(row if i not in routing.unvisited else _to_entry(m) for i, row in enumerate(routing.P))
-        return WindowEstimate(routing, P, concurrency, tuple(tables), tuple(scales), num_steps, span, mean_batch)
+        return WindowEstimate(
+            routing, P, concurrency, tuple(tables), tuple(scales), num_steps, span, mean_batch, error
+        )  # fmt: skip
+
+
+def span_concurrency(obs: Observation) -> float:
+    """One span's time-weighted mean active count."""
+    span = obs.end_s - obs.start_s
+    return obs.active_s / span if span > 0 else 0.0
+
+
+def concurrency_spread(span_means: Sequence[float], mean: float) -> float:
+    """How far one span's mean active count strays from ``mean``: the spans' sample deviation, but at least the
+    square root of the mean. A closed loop's active count swings by about that from second to second as
+    requests end and the next ones arrive (on the stack at N = 64, between 42 and 63 in 1 s spans)."""
+    deviation = statistics.stdev(span_means) if len(span_means) > 1 else 0.0
+    return max(deviation, math.sqrt(max(mean, 0.0)))
 
 
 def _to_entry(m: int) -> tuple[float, ...]:

@@ -68,4 +68,5 @@ class ResultReporting:
             result.extra["phases"] = self.phasing.records
         if self.adaptive is not None:
             result.extra["switches"] = self.adaptive.switch_records()
+            result.extra["num_solves"] = self.adaptive.controller.num_solves
         return result

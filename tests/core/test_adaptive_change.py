@@ -8,7 +8,8 @@ import pytest
 
 from trcore.adaptive import AdaptiveConfig, AdaptiveController
 from trcore.adaptive_change import change_point, routing_changed, tally
-from trcore.adaptive_window import ObservationBuilder
+from trcore.adaptive_config import has_moved
+from trcore.adaptive_window import ObservationBuilder, ObservationWindow
 
 from .test_adaptive import BASE, MILD
 from .test_adaptive import window as span
@@ -49,6 +50,26 @@ def test_a_closed_loop_swinging_by_a_square_root_is_not_a_change():
     assert change_point(at([43, 61, 48, 45]), 1.0, 2.0, **KNOBS) is None
     assert change_point(at([64, 64, 63, 64, 25]), 1.0, 2.0, **KNOBS) == 4.0
     assert change_point(at([8, 8, 8, 8, 24]), 1.0, 2.0, **KNOBS) == 4.0  # 16 > 4 x 2.8 x 1.12
+
+
+def estimate(concurrencies):
+    win = ObservationWindow(2, 100.0)
+    for obs in at(concurrencies):
+        win.add(obs)
+    return win.estimate((64, 64), BASE)
+
+
+def test_a_swing_within_the_spread_does_not_solve_again_a_real_move_does():
+    config = AdaptiveConfig(concurrency_tolerance=0.1)
+    steady = estimate([64] * 5)  # the square-root floor: 8 / sqrt(5) = 3.58 standard error
+    assert steady.concurrency == 64 and steady.concurrency_error == pytest.approx(8 / 5**0.5)
+    # 64 -> 57 is beyond the 10% tolerance but within 2 x hypot(3.58, 3.38) = 9.8: no new solve.
+    assert not has_moved(steady, estimate([57] * 5), config)
+    assert has_moved(steady, estimate([40] * 5), config)  # 24 > 2 x hypot(3.58, 2.83) = 9.1
+    # A window whose spans swing (43-63) has a larger error than the floor: 50 after it is noise.
+    swinging = estimate([43, 61, 48, 63, 55])
+    assert swinging.concurrency_error > 8 / 5**0.5
+    assert not has_moved(swinging, estimate([50] * 5), config)
 
 
 def test_too_short_a_history_tells_nothing():
