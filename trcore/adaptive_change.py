@@ -14,37 +14,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from trcore.adaptive_window import Observation, concurrency_spread, span_concurrency
+from trcore.adaptive_window import Observation, Tally, concurrency_spread, tally
 
 #: Transitions a model's row needs in each part before its routing is compared (fewer: not compared).
 MIN_ROW_STEPS = 20
-
-
-@dataclass(frozen=True)
-class Tally:
-    """Observations summed: per model the transitions to each model, the active-request seconds, the span, and
-    each observation's own mean active count."""
-
-    transitions: tuple[tuple[int, ...], ...]
-    active_s: float
-    span_s: float
-    span_concurrency: tuple[float, ...]
-
-    @property
-    def concurrency(self) -> float:
-        """The time-weighted mean active count."""
-        return self.active_s / self.span_s if self.span_s > 0 else 0.0
-
-
-def tally(observations: Sequence[Observation]) -> Tally:
-    """The observations' counts summed, over the span from the first's start to the last's end."""
-    m = len(observations[0].transitions)
-    transitions = tuple(tuple(sum(o.transitions[i][j] for o in observations) for j in range(m)) for i in range(m))
-    span = observations[-1].end_s - observations[0].start_s
-    means = tuple(span_concurrency(o) for o in observations)
-    return Tally(transitions, sum(o.active_s for o in observations), span, means)
 
 
 def concurrency_changed(before: Tally, after: Tally, tolerance: float, sigma: float) -> bool:

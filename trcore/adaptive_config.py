@@ -145,6 +145,6 @@ def concurrency_moved(before: WindowEstimate, after: WindowEstimate, tolerance: 
     """The concurrency moved by at least one request, by ``tolerance`` (relative) and by more than
     :data:`SOLVE_SIGMA` standard errors of the two windows' means."""
     n0, n1 = before.concurrency, after.concurrency
-    if n1 == n0 or abs(n1 - n0) < max(1.0, tolerance * n0):
+    if abs(n1 - n0) < max(1.0, tolerance * n0):
         return False
     return abs(n1 - n0) > SOLVE_SIGMA * math.hypot(before.concurrency_error, after.concurrency_error)

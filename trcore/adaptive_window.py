@@ -37,6 +37,31 @@ class Observation:
     steps: tuple[StepTally, ...]
 
 
+@dataclass(frozen=True)
+class Tally:
+    """Observations summed: per model the transitions to each model, the active-request seconds, the span, and
+    each observation's own mean active count."""
+
+    transitions: tuple[tuple[int, ...], ...]
+    active_s: float
+    span_s: float
+    span_concurrency: tuple[float, ...]
+
+    @property
+    def concurrency(self) -> float:
+        """The time-weighted mean active count."""
+        return self.active_s / self.span_s if self.span_s > 0 else 0.0
+
+
+def tally(observations: Sequence[Observation]) -> Tally:
+    """The observations' counts summed, over the span from the first's start to the last's end."""
+    m = len(observations[0].transitions)
+    transitions = tuple(tuple(sum(o.transitions[i][j] for o in observations) for j in range(m)) for i in range(m))
+    span = observations[-1].end_s - observations[0].start_s
+    means = tuple(span_concurrency(o) for o in observations)
+    return Tally(transitions, sum(o.active_s for o in observations), span, means)
+
+
 class ObservationBuilder:
     """Tallies one span of observations; :meth:`flush` closes it and starts the next."""
 
@@ -150,9 +175,9 @@ class ObservationWindow:
         m, span = self.num_models, self.span_s
         if span <= 0:
             return None
-        counts = [[sum(o.transitions[i][j] for o in self.observations) for j in range(m)] for i in range(m)]
+        total = tally(self.observations)
         kept = [[sum(o.kept[i][j] for o in self.observations) for j in range(m)] for i in range(m)]
-        routing = stats_from_counts(counts, kept)
+        routing = stats_from_counts(total.transitions, kept)
         tallies = [_merge(o.steps[i] for o in self.observations) for i in range(m)]
         tables, scales = [], []
         for i in range(m):
@@ -162,10 +187,9 @@ class ObservationWindow:
                 return None
             tables.append(fitted[0])
             scales.append(fitted[1])
-        mean_active = sum(o.active_s for o in self.observations) / span
-        concurrency = max(1, round(mean_active))
-        means = [span_concurrency(o) for o in self.observations]
-        error = concurrency_spread(means, mean_active) / math.sqrt(len(means))
+        concurrency = max(1, round(total.concurrency))
+        means = total.span_concurrency
+        error = concurrency_spread(means, total.concurrency) / math.sqrt(len(means))
         num_steps = tuple(sum(n for n, _ in t.values()) for t in tallies)
         mean_batch = tuple(
             sum(b * n for b, (n, _) in t.items()) / max(k, 1) for t, k in zip(tallies, num_steps, strict=True)

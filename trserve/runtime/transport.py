@@ -167,7 +167,9 @@ class _HeldSockets:
 
     def socket(self, *args: Any, **kwargs: Any) -> Any:
         sock = super().socket(*args, **kwargs)  # type: ignore[misc]
-        self.__dict__.setdefault("_held", []).append(sock)  # not setattr: a context's attributes are options
+        held = self.__dict__.setdefault("_held", [])  # not setattr: a context's attributes are options
+        held[:] = [s for s in held if not s.closed]  # a rewired outbox's old socket is not kept for ever
+        held.append(sock)
         return sock
 
     def __del__(self) -> None:

@@ -6,7 +6,6 @@ entry process receives is read off the wire."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
@@ -16,6 +15,7 @@ from trserve.frontend.generation import Overloaded
 from trserve.frontend.kv_gate import KVGate
 from trserve.runtime.messages import StepReport
 
+from ..runtime.test_transport import receive
 from .test_counts import Processes
 
 
@@ -86,11 +86,8 @@ def test_the_front_end_holds_requests_behind_a_waiter_and_releases_them_in_order
             fe.handle(StepReport(0, 2, 2, 0.01, 0, 3, 0, 0.5, memory=memory(0)))  # room: the rest go, in order
             assert fe.num_active == 5 and not fe.waiting
             await asyncio.sleep(0)
-            received: list[str] = []
-            deadline = time.monotonic() + 10.0  # a loaded machine delivers late, never out of order
-            while len(received) < 6 and time.monotonic() < deadline:
-                received += [m.request_id for m in procs.boxes[0].receive_all(0.1) if isinstance(m, PeerReq)]
-            assert received == [f"r{i}" for i in range(6)]
+            received = receive(procs.boxes[0], 6, kind=PeerReq)  # a loaded machine delivers late, in order
+            assert [m.request_id for m in received] == [f"r{i}" for i in range(6)]
 
     asyncio.run(scenario())
 

@@ -25,12 +25,12 @@ def tcp_endpoints(tmp_path, num_procs: int = 1) -> Endpoints:
     return Endpoints(str(tmp_path), num_procs, (0,) * num_procs, "tcp", "127.0.0.1", keys=CurveKeys.generate())
 
 
-def receive(box: Mailbox, count: int, timeout_s: float = 10.0) -> list:
-    """Messages until ``count`` arrived or the timeout passed."""
+def receive(box: Mailbox, count: int, timeout_s: float = 10.0, kind: type = object) -> list:
+    """Messages of ``kind`` until ``count`` arrived or the timeout passed."""
     out: list = []
     deadline = time.monotonic() + timeout_s
     while len(out) < count and time.monotonic() < deadline:
-        out += box.receive_all(0.1)
+        out += [m for m in box.receive_all(0.1) if isinstance(m, kind)]
     return out
 
 
