@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="docs/bench-emulated/memory/kv-admission-ab.json")
     args, rest = parser.parse_known_args(argv)
     grid = grid_parser().parse_args(rest)  # the grid's own flags: --scale, --warmup-s, --window-s, --profiles
-    lengths = Lengths("short-reasoning", grid.scale)
+    lengths = Lengths(grid.lengths, grid.scale)
     roomy = int(load_profile(Path(grid.profiles) / "large.json").calibration["engine"]["kv_capacity_tokens"])  # type: ignore[index]
     doc: dict[str, Any] = {
         "command": " ".join(["python", "benchmarks/kv_admission_ab.py", *(argv or sys.argv[1:])]),

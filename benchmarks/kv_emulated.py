@@ -1,13 +1,14 @@
 """KV memory on emulated engines at the R2R pair's A100 step times: roomy vs 2x and 4x oversubscribed pools, the
 three spill policies and ``llm-only`` side by side in one run, each cell beside the simulator with the same memory.
 
-    python benchmarks/kv_emulated.py [-n 32,64,128] [--routings r2r,rare-long] [--scale 0.125] [--window-s 15]
-        [--out docs/bench-emulated/memory/kv-emulated.json]
+    python benchmarks/kv_emulated.py [-n 32,64,128] [--routings r2r,rare-long] [--lengths short-reasoning]
+        [--scale 0.125] [--window-s 15] [--out docs/bench-emulated/memory/kv-emulated.json]
 
 The cells and their pools: ``trserve/bench/kv_grid.py``. Step latency: the profiles of
-``benchmarks/roofline_profile.py`` (context- and extend-dependent; ``--profiles``). Load: closed loop, short-reasoning
-lengths times ``--scale`` (``trserve/bench/requests.py``), each request routed by its own Markov-walked schedule, so
-its text is the same in every cell and is compared with the roomy run's. Each cell runs on its own server (started,
+``benchmarks/roofline_profile.py`` (context- and extend-dependent; ``--profiles``). Load: closed loop, the
+``--lengths`` preset's lengths times ``--scale`` (``trserve/bench/requests.py``), each request routed by its own
+Markov-walked schedule, so its text is the same in every cell and is compared with the roomy run's. The table and
+plot are written beside ``--out`` under its name. Each cell runs on its own server (started,
 measured once after the warm-up, stopped); after all measurements the simulator runs each cell's twin (``--no-sim``
 and ``--sim-only`` split the two, so the simulator can run outside the measurement lock). Results are merged into
 ``--out`` cell by cell (a later run replaces the cells it ran), and the table and plot are rewritten from it
@@ -101,7 +102,8 @@ def grid_parser() -> argparse.ArgumentParser:
     parser.add_argument("--routings", default=",".join(ROUTINGS))
     parser.add_argument("--memory", default=",".join(MEMORY))
     parser.add_argument("--systems", default=",".join(SYSTEMS))
-    parser.add_argument("--scale", type=float, default=0.125, help="short-reasoning lengths times this")
+    parser.add_argument("--lengths", default="short-reasoning", help="the length preset (trsim.workload.PRESETS)")
+    parser.add_argument("--scale", type=float, default=0.125, help="the preset's lengths times this")
     parser.add_argument("--warmup-s", type=float, default=4.0)
     parser.add_argument("--window-s", type=float, default=15.0)
     parser.add_argument("--profiles", default="docs/bench-emulated/memory/profiles")
@@ -113,7 +115,7 @@ def grid_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = grid_parser().parse_args(argv)
-    lengths = Lengths("short-reasoning", args.scale)
+    lengths = Lengths(args.lengths, args.scale)
     roomy = int(load_profile(Path(args.profiles) / "large.json").calibration["engine"]["kv_capacity_tokens"])  # type: ignore[index]
     header = {"command": " ".join(["python", "benchmarks/kv_emulated.py", *(argv or sys.argv[1:])]),
               "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load_1min_before": os.getloadavg()[0],
@@ -139,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                 row.update(predict(cell, args, lengths))
                 print(json.dumps({"key": row["key"], "sim_tok_s": row["sim_tok_s"]}), flush=True)
         Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
-    write_report(doc, Path(args.out).parent)
+    write_report(doc, Path(args.out))
     return 0
 
 

@@ -127,19 +127,19 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def write_report(doc: dict[str, Any], out_dir: Path) -> None:
-    """``summary`` and ``targets`` into the JSON beside it, ``kv-emulated.md`` and ``kv-emulated.png``."""
+def write_report(doc: dict[str, Any], out: Path) -> None:
+    """``summary`` and ``targets`` into the JSON at ``out`` (when it exists), and the table and plot beside it
+    (``kv-emulated.json``: ``kv-emulated.md`` and ``kv-emulated.png``)."""
     rows = summarize(doc)
     goals = targets(rows)
-    (out_dir / "kv-emulated.md").write_text(markdown(rows, goals))
-    plot(rows, out_dir / "kv-emulated.png")
-    path = out_dir / "kv-emulated.json"
-    if path.exists():
-        full = json.loads(path.read_text())
+    out.with_suffix(".md").write_text(markdown(rows, goals))
+    plot(rows, out.with_suffix(".png"))
+    if out.exists():
+        full = json.loads(out.read_text())
         full["summary"], full["targets"] = rows, goals
-        path.write_text(json.dumps(full, indent=1) + "\n")
+        out.write_text(json.dumps(full, indent=1) + "\n")
 
 
 if __name__ == "__main__":
     source = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/bench-emulated/memory/kv-emulated.json")
-    write_report(json.loads(source.read_text()), source.parent)
+    write_report(json.loads(source.read_text()), source)

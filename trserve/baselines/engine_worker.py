@@ -11,6 +11,7 @@ import os
 import sys
 import time
 
+from trcore.memory import KVBudget
 from trserve.engine.types import Engine, EngineStepError, StepItem
 from trserve.runtime.messages import Abort, Probe, Ready, Release, Rewire, Shutdown, State, StepCall, StepReply
 from trserve.runtime.reports import emulated_fields, rss_bytes
@@ -23,6 +24,8 @@ DRIVER = 0
 
 
 def step_reply(engine: Engine, call: StepCall) -> StepReply:
+    if not call.items:
+        return StepReply(call.call_id, [], 0.0, engine.kv_usage(), kv_budget=budget_fields(kv_budget_of(engine)))
     started = time.perf_counter()
     try:
         outs = engine.step([StepItem(rid, tokens, sampling) for rid, tokens, sampling in call.items])
@@ -33,13 +36,27 @@ def step_reply(engine: Engine, call: StepCall) -> StepReply:
     return StepReply(call.call_id, outputs, step_s, engine.kv_usage(), **emulated_fields(engine))
 
 
+def kv_budget_of(engine: Engine) -> KVBudget | None:
+    """The engine's KV cache as the core accounts it, or None when its memory is free."""
+    budget_of = getattr(engine, "kv_budget", None)
+    return budget_of() if budget_of is not None else None
+
+
+def budget_fields(budget: KVBudget | None) -> tuple[int, int, int] | None:
+    """``budget`` as :attr:`StepReply.kv_budget` carries it."""
+    return None if budget is None else (budget.num_blocks, budget.block_size, budget.max_seqs or 0)
+
+
 def run(spec: RunSpec, index: int) -> None:
     model = index - 1
     engine = start_engine(spec, model)
     try:
         mailbox = spec.endpoints.mailbox(index)
         signals = tuple(sorted(engine.available_signals))
-        mailbox.send(FRONTEND, Ready(index, os.getpid(), engine.kv_usage(), signals, mailbox.address))
+        budget = kv_budget_of(engine)
+        capacity = budget.capacity_tokens if budget is not None and spec.config.memory.policy != "off" else 0
+        ready = Ready(index, os.getpid(), engine.kv_usage(), signals, mailbox.address, kv_capacity_tokens=capacity)
+        mailbox.send(FRONTEND, ready)
         parent = os.getppid()
         num_steps = 0
         while os.getppid() == parent:

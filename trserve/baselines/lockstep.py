@@ -7,6 +7,10 @@ as the simulator's ``lockstep`` baseline (the entry model waits for all active r
 model's B = (N, 1). The driver holds one ``trcore.Subserver`` per model (threshold 1) and never runs two models
 at once. Engines live in engine-only workers (one vLLM engine per process); since they never run at the same
 time, each may use all of the machine's cores.
+
+Memory is the core's, as in the routed mode: when the first request arrives the driver asks each engine worker
+for its KV budget (a call with no items) and gives that model's subserver the config's ``memory.policy``; a step
+then frees what the core spilled or preempted before it runs, and a request too large for a whole cache fails.
 """
 
 from __future__ import annotations
@@ -17,9 +21,12 @@ import os
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
-from trcore import CLIENT, Batch, BatchingPolicy, PeerReq, StepResult, Subserver
+from trcore import CLIENT, Batch, BatchingPolicy, KVMemory, PeerReq, StepResult, Subserver
+from trcore.memory import KVBudget
+from trserve.runtime.memory_setup import memory_for
 from trserve.runtime.messages import (
     Abort,
     Failed,
@@ -33,7 +40,7 @@ from trserve.runtime.messages import (
     StepReply,
     StepReport,
 )  # fmt: skip
-from trserve.runtime.reports import committed_tokens, finished_message, rss_bytes
+from trserve.runtime.reports import committed_tokens, finished_message, memory_fields, rss_bytes, unservable_failures
 from trserve.runtime.runspec import RunSpec
 from trserve.runtime.transport import FRONTEND
 from trserve.runtime.worker import build_program, worker_main
@@ -49,8 +56,18 @@ def engine_proc(model: int) -> int:
 class LockstepDriver:
     """Rounds over the models; every step is a blocking call to that model's engine worker."""
 
-    def __init__(self, subs: list[Subserver], mailbox: Any, entry: int = 0, clock: Any = time.monotonic) -> None:
+    def __init__(
+        self,
+        subs: list[Subserver],
+        mailbox: Any,
+        entry: int = 0,
+        clock: Any = time.monotonic,
+        memory: Callable[[int, KVBudget | None], KVMemory | None] | None = None,
+    ) -> None:
+        """``memory(model, budget)``: the KV accounting for a model whose engine reported ``budget`` (None: the
+        driver keeps none)."""
         self.subs = subs
+        self._memory_for = memory
         self.entry = entry
         self.mailbox = mailbox
         self.clock = clock
@@ -67,12 +84,35 @@ class LockstepDriver:
     def run_round(self) -> None:
         busy = any(sub.num_ready for sub in self.subs)
         self._handle_all([*self._drain_backlog(), *self.mailbox.receive_all(0 if busy else 1.0)])
+        if busy and self._memory_for is not None:
+            self._attach_memory(self._memory_for)
         for sub in self.subs:
             if sub.model == self.entry and self._anyone_away():
                 continue  # the batch waits until every routed request is back
             batch = sub.launch(self.clock())
+            self._fail_unservable(sub)
             if batch is not None:
                 self._step(sub, batch)
+
+    def _attach_memory(self, memory_for: Callable[[int, KVBudget | None], KVMemory | None]) -> None:
+        """Ask every engine worker for its KV budget (once, before the first step) and account for it."""
+        self._memory_for = None
+        for sub in self.subs:
+            reply = self._request(sub.model, StepCall(next(self._calls), []))
+            blocks, block_size, max_seqs = reply.kv_budget or (0, 0, 0)
+            budget = KVBudget(blocks, block_size, max_seqs or None) if blocks else None
+            sub.memory = memory_for(sub.model, budget)
+            log.info("lockstep: model %d KV %s", sub.model, budget)
+
+    def _fail_unservable(self, sub: Subserver) -> None:
+        """Fail the requests the core found too large for this model's whole KV cache."""
+        if unservable := sub.take_unservable():
+            failed = unservable_failures(sub, unservable)
+            for req in unservable:
+                self._forget(req.request_id)
+            report = StepReport(sub.model, 0, 0, 0.0, sub.num_ready, len(sub.requests), 0, 0.0, failed=failed,
+                                memory=memory_fields(sub.memory))  # fmt: skip
+            self.mailbox.send(FRONTEND, report)
 
     def _anyone_away(self) -> bool:
         """Whether a model other than the entry model holds a request ready to step."""
@@ -106,8 +146,16 @@ class LockstepDriver:
                 self.mailbox.send(engine_proc(m), Release([request_id]))
 
     def _call(self, model: int, batch: Batch) -> StepReply:
-        items = [(r.request_id, r.token_ids[r.anchors[model] :], dict(r.spec.sampling)) for r in batch.requests]
-        call = StepCall(next(self._calls), items)
+        if batch.evicted:  # spilled or preempted by the core: their blocks go before the step takes them
+            self.mailbox.send(engine_proc(model), Release(list(batch.evicted)))
+        items = [
+            (r.request_id, r.token_ids[len(r.token_ids) - n :], dict(r.spec.sampling))
+            for r, n in zip(batch.requests, batch.num_new_tokens, strict=True)
+        ]
+        return self._request(model, StepCall(next(self._calls), items))
+
+    def _request(self, model: int, call: StepCall) -> StepReply:
+        """Send ``call`` to ``model``'s engine worker and wait for its reply (the whole system waits)."""
         self.mailbox.send(engine_proc(model), call)
         reply: StepReply | None = None
         while reply is None:  # the whole system waits for this one step
@@ -132,7 +180,9 @@ class LockstepDriver:
             for r in batch.requests:
                 self._forget(r.request_id)
             sub.fail(batch)
-            self.mailbox.send(FRONTEND, StepReport(model, batch.size, 0, 0.0, 0, 0, 0, reply.kv_usage, failed=failed))
+            report = StepReport(model, batch.size, 0, 0.0, 0, 0, 0, reply.kv_usage, failed=failed,
+                                memory=memory_fields(sub.memory))  # fmt: skip
+            self.mailbox.send(FRONTEND, report)
             return
         result = StepResult(
             token_ids=[o[0] for o in reply.outputs],
@@ -158,7 +208,7 @@ class LockstepDriver:
         report = StepReport(
             model, batch.size, sum(batch.num_new_tokens), reply.step_s, sub.num_ready, len(sub.requests),
             num_handoffs, reply.kv_usage, tokens=tokens, finished=finished,
-            emulated_s=reply.emulated_s, wait_cpu_s=reply.wait_cpu_s,
+            emulated_s=reply.emulated_s, wait_cpu_s=reply.wait_cpu_s, memory=memory_fields(sub.memory),
         )  # fmt: skip
         self.mailbox.send(FRONTEND, report)
 
@@ -169,7 +219,8 @@ def run(spec: RunSpec, index: int) -> None:
     subs = [Subserver(build_program(spec, m), BatchingPolicy(threshold=1, max_batch=max_batch[m])) for m in range(n)]
     mailbox = spec.endpoints.mailbox(index)
     mailbox.send(FRONTEND, Ready(index, os.getpid(), 0.0, address=mailbox.address))
-    LockstepDriver(subs, mailbox, entry=spec.config.entry_model).run()
+    driver = LockstepDriver(subs, mailbox, entry=spec.config.entry_model, memory=lambda m, b: memory_for(spec, m, b))
+    driver.run()
     mailbox.close()
 
 

@@ -13,7 +13,8 @@ from typing import Any
 
 from trcore import KVMemory, StepCost, spill_policy
 from trcore.errors import ConfigError
-from trserve.engine.emulated import EmulatedEngine
+from trcore.memory import KVBudget
+from trserve.engine.emulated import EmulatedLatency
 from trserve.engine.types import Engine
 from trserve.hardware import profile_path, read_machine_profile
 from trserve.runtime.runspec import RunSpec
@@ -26,23 +27,27 @@ log = logging.getLogger(__name__)
 def build_memory(spec: RunSpec, model: int, engine: Engine) -> KVMemory | None:
     """The core's KV accounting for ``engine`` under the config's ``memory.policy`` (None when the policy is
     ``off`` or the engine has no block budget, as the hash stand-in)."""
-    policy = spec.config.memory.policy
     budget_of = getattr(engine, "kv_budget", None)
-    if policy == "off" or budget_of is None:
+    return memory_for(spec, model, budget_of() if budget_of is not None else None)
+
+
+def memory_for(spec: RunSpec, model: int, budget: KVBudget | None) -> KVMemory | None:
+    """The core's KV accounting for model ``model``'s cache ``budget`` (a worker's engine, or one the lockstep
+    driver asked its engine worker for); None when the policy is ``off`` or there is no budget."""
+    policy = spec.config.memory.policy
+    if policy == "off" or budget is None:
         return None
-    budget = budget_of()
-    if budget is None:
-        return None
-    cost = step_cost_of(spec, model, engine)
+    cost = step_cost_of(spec, model)
     log.info("model %d: KV %s, policy %s, step cost %s", model, budget, policy, cost)
     readmit = spec.config.backend == "vllm" and spec.config.handoff == "readmit"  # vLLM frees after each token
     return KVMemory(budget, spill_policy(policy, cost, routing_matrix(spec.config.router)), frees_after_step=readmit)
 
 
-def step_cost_of(spec: RunSpec, model: int, engine: Engine) -> StepCost:
+def step_cost_of(spec: RunSpec, model: int) -> StepCost:
     """The linear step model the ``cost`` policy uses for ``model`` (see the module docstring)."""
-    if isinstance(engine, EmulatedEngine):
-        return step_cost(engine.latency.model)
+    emulated = spec.config.models[model].emulated
+    if spec.config.backend == "emulated" and emulated is not None:
+        return step_cost(EmulatedLatency.from_config(emulated).model)
     profile = _machine_profile(spec, model)
     return StepCost() if profile is None else step_cost(latency_from_profile(profile))
 

@@ -176,7 +176,8 @@ class State:
 
 @dataclass(frozen=True)
 class StepCall:
-    """Lockstep: run one ``StepEngine.step`` on these items (``(request_id, new_token_ids, sampling)``)."""
+    """Lockstep: run one ``StepEngine.step`` on these items (``(request_id, new_token_ids, sampling)``); with no
+    items, only report the engine's KV budget."""
 
     call_id: int
     items: list[tuple[str, list[int], dict[str, object]]]
@@ -194,6 +195,9 @@ class StepReply:
     #: ``backend: emulated``: as in :class:`StepReport`.
     emulated_s: float | None = None
     wait_cpu_s: float = 0.0
+    #: The answer to a call with no items: the engine's KV cache as ``(blocks, block_size, max_seqs)`` (0: no
+    #: limit on sequences), None when its memory is free (the hash stand-in, an emulated engine without a pool).
+    kv_budget: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True)

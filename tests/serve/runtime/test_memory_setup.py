@@ -42,15 +42,15 @@ def spec(calibration: Path) -> SimpleNamespace:
 
 def test_the_costs_come_from_this_machines_profile_in_the_configured_folder(tmp_path: Path) -> None:
     write_profile(tmp_path / hardware_tag(), cpu_model())
-    cost = step_cost_of(spec(tmp_path), 0, engine=object())  # type: ignore[arg-type]
+    cost = step_cost_of(spec(tmp_path), 0)
     assert cost.base_s == pytest.approx(BASE_S, rel=1e-3)
     assert cost.per_request_s == pytest.approx(PER_REQUEST_S, rel=1e-3)
     assert cost.extend_s == pytest.approx(EXTEND_S, rel=1e-3)
 
 
 def test_another_machines_profile_or_none_gives_the_relative_defaults(tmp_path: Path, caplog) -> None:
-    assert step_cost_of(spec(tmp_path), 0, engine=object()) == StepCost()  # type: ignore[arg-type]
+    assert step_cost_of(spec(tmp_path), 0) == StepCost()
     write_profile(tmp_path / hardware_tag(), "Apple M2")
     with caplog.at_level(logging.WARNING):
-        assert step_cost_of(spec(tmp_path), 0, engine=object()) == StepCost()  # type: ignore[arg-type]
+        assert step_cost_of(spec(tmp_path), 0) == StepCost()
     assert "Apple M2" in caplog.text and str(tmp_path) in caplog.text
