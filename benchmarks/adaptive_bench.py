@@ -24,10 +24,20 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from adaptive_bench_phases import (
+    after_settling,
+    phase_figures,
+    phase_starts,
+    settling,
+    split_phases,
+    thresholds_timeline,
+)
+from adaptive_bench_report import markdown, plot
 
 DEFAULT_SCENARIOS = ("trsim/scenarios/adaptive-phases.yaml", "trsim/scenarios/adaptive-collapse.yaml")
 OUT = Path("docs/bench-sim/adaptive/adaptive.json")
@@ -37,87 +47,6 @@ ORACLE_FLOOR = 0.97
 B1_FLOOR = 0.99
 RECOVERY_FLOOR = 0.90
 SETTLE_S = 10.0
-
-
-def split_phases(phases: Sequence[Any], bin_s: float) -> tuple[list[Any], list[int]]:
-    """Each phase cut into bins of at most ``bin_s`` (the overrides and thresholds on its first bin only);
-    returns the bins and, per bin, the phase it belongs to."""
-    bins: list[Any] = []
-    owner: list[int] = []
-    for k, phase in enumerate(phases):
-        left = phase.duration_s
-        first = True
-        while left > 1e-9:
-            span = min(bin_s, left)
-            if first:
-                bins.append(replace(phase, duration_s=span))
-            else:
-                bins.append(type(phase)(duration_s=span))
-            owner.append(k)
-            left -= span
-            first = False
-    return bins, owner
-
-
-def phase_figures(records: Sequence[dict[str, Any]], owner: Sequence[int]) -> list[dict[str, Any]]:
-    """Per phase, from the binned records: start, end, committed tokens, tok/s and the thresholds at its end."""
-    out: list[dict[str, Any]] = []
-    for rec, k in zip(records, owner, strict=True):
-        if not out or out[-1]["index"] != k:
-            out.append({"index": k, "start_s": rec["start_s"], "committed_tokens": 0})
-        row = out[-1]
-        row["end_s"] = rec["end_s"]
-        row["committed_tokens"] += rec["committed_tokens"]
-        row["thresholds"] = rec["thresholds"]
-    for row in out:
-        span = row["end_s"] - row["start_s"]
-        row["throughput_tok_s"] = row["committed_tokens"] / span if span > 0 else 0.0
-    return out
-
-
-def settling(
-    switches: Sequence[dict[str, Any]], start_s: float, end_s: float, before: Sequence[int], bstar: Sequence[int]
-) -> dict[str, Any]:
-    """How the adaptive run settled in one phase ``[start_s, end_s)``, ``before`` being the vector in force at its
-    start: settled at the first moment the phase's final vector is in force (``settle_s`` from the phase start,
-    0 when it already was); ``switches_after`` counts the switches in the phase after that moment (flapping);
-    ``reached_bstar``: whether the final vector is the phase's B*."""
-    inside = [s for s in switches if start_s <= s["time_s"] < end_s]
-    timeline = [(start_s, list(before))] + [(s["time_s"], list(s["new"])) for s in inside]
-    final = timeline[-1][1]
-    settled_at = next(t for t, v in timeline if v == final)
-    return {
-        "final": final,
-        "reached_bstar": final == list(bstar),
-        "settle_s": settled_at - start_s,
-        "switches": len(inside),
-        "switches_after": sum(1 for s in inside if s["time_s"] > settled_at),
-    }
-
-
-def after_settling(
-    bins: Sequence[dict[str, Any]], oracle: Sequence[dict[str, Any]], since: float, end: float
-) -> float | None:
-    """Tokens of the bins that start at or after ``since`` and end by ``end``, over the oracle's in the same bins."""
-    pairs = [
-        (b, o) for b, o in zip(bins, oracle, strict=True) if b["start_s"] >= since - 1e-9 and b["end_s"] <= end + 1e-9
-    ]
-    num = sum(b["throughput_tok_s"] * (b["end_s"] - b["start_s"]) for b, _ in pairs)
-    den = sum(o["throughput_tok_s"] * (o["end_s"] - o["start_s"]) for _, o in pairs)
-    return num / den if den > 0 else None
-
-
-def phase_starts(records: Sequence[dict[str, Any]], owner: Sequence[int]) -> list[dict[str, Any]]:
-    """The first record of every phase after the first."""
-    return [r for k, (r, o) in enumerate(zip(records, owner, strict=True)) if k and o != owner[k - 1]]
-
-
-def thresholds_timeline(
-    initial: Sequence[int], switches: Sequence[dict[str, Any]], end_s: float
-) -> list[tuple[float, list[int]]]:
-    """The vector in force over time as steps ``(from_s, vector)``, ending with ``(end_s, last)``."""
-    out = [(0.0, list(initial))] + [(s["time_s"], list(s["new"])) for s in switches]
-    return [*out, (end_s, out[-1][1])]
 
 
 def targets(rows: dict[str, list[float]], collapse_phase: int | None) -> dict[str, Any]:
@@ -275,60 +204,6 @@ def run_scenario(path: Path, bin_s: float) -> dict[str, Any]:
         "targets": goals,
         "runs": runs,
     }
-
-
-def plot(doc: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    scenarios = doc["scenarios"]
-    fig, axes = plt.subplots(2, len(scenarios), figsize=(7 * len(scenarios), 7), squeeze=False, sharex="col")
-    for j, sc in enumerate(scenarios):
-        top, bottom = axes[0][j], axes[1][j]
-        for name, run in sc["runs"].items():
-            xs = [b["start_s"] for b in run["bins"]] + [run["bins"][-1]["end_s"]]
-            ys = [b["throughput_tok_s"] for b in run["bins"]]
-            top.stairs(ys, xs, label=name, baseline=None, linewidth=2.2 if name in ("adaptive", "oracle") else 1.0)
-            steps = run["timeline"]
-            ts = [t for t, _ in steps]
-            for m in range(len(steps[0][1])):
-                vals = [v[m] for _, v in steps[:-1]]
-                if name in ("adaptive", "oracle") or m == 0:
-                    bottom.stairs(vals, ts, label=f"{name} B[{m}]", baseline=None, linestyle="-" if m == 0 else "--")
-        for p in sc["runs"]["oracle"]["phases"][1:]:
-            top.axvline(p["start_s"], color="grey", linewidth=0.5)
-            bottom.axvline(p["start_s"], color="grey", linewidth=0.5)
-        top.set_title(f"{sc['name']} ({sc['scenario']})")
-        top.set_ylabel("committed tok/s (per bin)")
-        bottom.set_ylabel("threshold in force")
-        bottom.set_xlabel("simulated time (s)")
-        bottom.set_yscale("log", base=2)
-        top.legend(fontsize=7)
-        bottom.legend(fontsize=6, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
-def markdown(doc: dict[str, Any]) -> str:
-    """Per scenario a table (strategy, per phase tok/s and ratio to the oracle, overall) and the targets."""
-    lines = []
-    for sc in doc["scenarios"]:
-        phases = sc["runs"]["oracle"]["phases"]
-        head = " | ".join(f"phase {p['index']} ({p['start_s']:.0f}-{p['end_s']:.0f} s)" for p in phases)
-        lines += [
-            f"{sc['name']} (`{sc['scenario']}`), B* per phase {sc['bstar']}, best static: {sc['best_static']}",
-            "",
-        ]
-        lines += [f"| strategy | {head} | whole run |", "|---" * (len(phases) + 2) + "|"]
-        for name, run in sc["runs"].items():
-            label = name if run["thresholds"] is None else f"{name} {tuple(run['thresholds'])}"
-            cells = " | ".join(f"{p['throughput_tok_s']:.1f} ({100 * p['to_oracle']:.1f}%)" for p in run["phases"])
-            lines.append(f"| {label} | {cells} | {run['throughput_tok_s']:.1f} ({100 * run['to_oracle']:.1f}%) |")
-        t = sc["targets"]
-        lines += ["", f"targets: {json.dumps(t)}", f"settling: {json.dumps(sc['settling'])}", ""]
-    return "\n".join(lines)
 
 
 def main() -> None:

@@ -37,18 +37,31 @@ def grid_cell(key: str, lengths: Lengths, roomy: int) -> GridCell:
     return GridCell(routing, concurrency, memory, system, pool_tokens(memory, concurrency, lengths, roomy))
 
 
+def medians_and_answers(runs: list[dict[str, Any]], field: str, a: Any, b: Any) -> dict[str, Any]:
+    """Median tok/s of the runs whose ``field`` is ``a`` and ``b``, a / b, the failures, and how many answers the
+    two sides both finished and how many of those are identical (the runs' ``answers`` are taken out)."""
+    med = {v: statistics.median(r["throughput_tok_s"] for r in runs if r[field] == v) for v in (a, b)}
+    answers: dict[Any, dict[str, str]] = {a: {}, b: {}}
+    for r in runs:
+        answers[r[field]].update(r.pop("answers"))
+    common = set(answers[a]) & set(answers[b])
+    return {
+        "a_tok_s": med[a], "b_tok_s": med[b], "a_over_b": med[a] / med[b] if med[b] else None,
+        "failed": sum(r["num_failed"] for r in runs), "answers_compared": len(common),
+        "answers_identical": sum(answers[a][k] == answers[b][k] for k in common),
+    }  # fmt: skip
+
+
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Median tok/s on and off, their ratio, and whether the answers on and off agree."""
-    med = {s: statistics.median(r["throughput_tok_s"] for r in runs if r["kv_admission"] == s) for s in (True, False)}
-    answers = {s: {} for s in (True, False)}  # type: dict[bool, dict[str, str]]
-    for r in runs:
-        answers[r["kv_admission"]].update(r.pop("answers"))
-    common = set(answers[True]) & set(answers[False])
-    same = sum(answers[True][k] == answers[False][k] for k in common)
-    return {
-        "on_tok_s": med[True], "off_tok_s": med[False], "on_over_off": med[True] / med[False] if med[False] else None,
-        "failed": sum(r["num_failed"] for r in runs), "answers_compared": len(common), "answers_identical": same,
-    }  # fmt: skip
+    found = medians_and_answers(runs, "kv_admission", True, False)
+    renamed = {"a_tok_s": "on_tok_s", "b_tok_s": "off_tok_s", "a_over_b": "on_over_off"}
+    return {renamed.get(k, k): v for k, v in found.items()}
+
+
+def alternating(k: int) -> bool:
+    """Whether run ``k`` of an A/B pair sequence is A: A, B, B, A, A, B, ...: neither always first."""
+    return k % 2 == (k // 2) % 2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             cell = grid_cell(key, lengths, roomy)
             runs = []
             for k in range(2 * args.repeats):
-                on = k % 2 == (k // 2) % 2  # on, off, off, on, on, off, ...: neither always first
+                on = alternating(k)
                 row = run_cell(cell, grid, lengths, Path(tmp), {"kv_admission": on})
                 runs.append({"kv_admission": on, **{f: row[f] for f in (
                     "throughput_tok_s", "num_finished", "num_failed", "kv", "answers")}})  # fmt: skip
