@@ -3,13 +3,15 @@
 A *parked session* holds KV on this model while another model continues its request. Spilling it frees its
 blocks; if it comes back, its context is recomputed (one extend step). Three policies, by name:
 
-* ``cost`` (default): keep the sessions whose KV is worth most per block, value = chance of returning before the
-  request ends x the time to recompute its context. A request without KV here may spill sessions to get in only
-  when that expected recompute costs less than what running it saves while they are away (its tokens ride along
-  in steps that run anyway, for as many steps as both it stays here and the victims stay on the other model);
-  otherwise it waits (a new one at admission). Sessions that bounce back within a step or two, or requests that
-  leave again after one, are never worth a spill. The rates come from the routing statistics' P when the router
-  has one, else they are learned from the model's own traffic (:mod:`trcore.move_rates`).
+* ``cost`` (default): spill the sessions that are cheapest to lose first, the expected cost of a spill = chance
+  of returning before the request ends x the time to recompute its context; a step that needs a few blocks
+  spills as little recompute as covers them (ranking by value per block instead spilled a long session whose
+  last block was barely used to free the one block a step needed). A request without KV here may spill sessions
+  to get in only when that expected recompute costs less than what running it saves while they are away (its
+  tokens ride along in steps that run anyway, for as many steps as both it stays here and the victims stay on the
+  other model); otherwise it waits (a new one at admission). Sessions that bounce back within a step or two, or
+  requests that leave again after one, are never worth a spill. The rates come from the routing statistics' P
+  when the router has one, else they are learned from the model's own traffic (:mod:`trcore.move_rates`).
 * ``lru``: spill the session parked longest ago; new requests always get in.
 * ``admission-limit``: never spill; a request is admitted on a model only once its whole worst-case footprint
   (prompt + max_tokens) is reserved there, so running requests never run out.
@@ -99,7 +101,7 @@ class AdmissionLimit(SpillPolicy):
 
 
 class CostSpill(SpillPolicy):
-    """Keep what is worth most per block (see the module docstring).
+    """Spill the cheapest expected recompute first (see the module docstring).
 
     ``routing[i][j]`` is the per-step chance a request on model ``i`` moves to ``j`` (the routing statistics'
     P); without it the rates are learned (:class:`~trcore.move_rates.LearnedMoveRates`)."""
@@ -132,10 +134,10 @@ class CostSpill(SpillPolicy):
         return self.return_probability(session, model) * self.cost.recompute_s(session.num_tokens)
 
     def order(self, sessions: Sequence[ParkedSession], model: int) -> list[ParkedSession]:
-        def value_per_block(s: ParkedSession) -> tuple[float, float]:
-            return (self.expected_recompute_s(s, model) / max(1, s.num_blocks), s.parked_since)
+        def expected_loss(s: ParkedSession) -> tuple[float, float]:
+            return (self.expected_recompute_s(s, model), s.parked_since)
 
-        return sorted(sessions, key=value_per_block)
+        return sorted(sessions, key=expected_loss)
 
     def expected_away_steps(self, session: ParkedSession, model: int) -> float:
         """Steps the session is expected to stay away (at most its remaining tokens)."""

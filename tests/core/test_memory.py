@@ -51,12 +51,21 @@ def session(rid, blocks, tokens, since, location=1, remaining=10):
     return ParkedSession(rid, blocks, tokens, since, location, remaining)
 
 
-def test_lru_spills_oldest_and_cost_spills_least_valuable_per_block():
+def test_lru_spills_oldest_and_cost_spills_the_cheapest_expected_recompute():
     old, young = session("old", 2, 64, since=1.0), session("young", 2, 64, since=5.0)
     ending = session("ending", 2, 64, since=9.0, remaining=0)  # will end elsewhere: its KV is never needed
     assert [s.request_id for s in LRUSpill().order([young, ending, old], model=0)] == ["old", "young", "ending"]
     ranked = CostSpill().order([young, ending, old], model=0)
     assert [s.request_id for s in ranked] == ["ending", "old", "young"]  # ties broken by age
+
+
+def test_cost_spills_the_cheapest_recompute_that_covers_a_small_need_not_the_best_ratio():
+    # per block the long session is worth less (150 tokens over 10 blocks against 16 over 1), but a step that
+    # needs one block would then recompute 150 tokens to free it
+    long = session("long", 10, 150, since=1.0)
+    short = session("short", 1, 16, since=5.0)
+    ranked = CostSpill().order([long, short], model=0)
+    assert [s.request_id for s in ranked] == ["short", "long"]
 
 
 def test_cost_return_probability_from_routing_statistics():
