@@ -59,6 +59,15 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {renamed.get(k, k): v for k, v in found.items()}
 
 
+def write_ab(doc: dict[str, Any], out: Path) -> None:
+    """Stamp the run's end on ``doc``, write it to ``out`` and print each cell's summary."""
+    doc["finished"], doc["load_1min_after"] = time.strftime("%Y-%m-%dT%H:%M:%S%z"), os.getloadavg()[0]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    for c in doc["cells"]:
+        print(c["key"], json.dumps(c["summary"]))
+
+
 def alternating(k: int) -> bool:
     """Whether run ``k`` of an A/B pair sequence is A: A, B, B, A, A, B, ...: neither always first."""
     return k % 2 == (k // 2) % 2
@@ -89,11 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                     "throughput_tok_s", "num_finished", "num_failed", "kv", "answers")}})  # fmt: skip
                 print(json.dumps({"cell": key, "kv_admission": on, "tok_s": row["throughput_tok_s"]}), flush=True)
             doc["cells"].append({"key": key, "kv_tokens": cell.kv_tokens, "summary": summarize(runs), "runs": runs})
-    doc["finished"], doc["load_1min_after"] = time.strftime("%Y-%m-%dT%H:%M:%S%z"), os.getloadavg()[0]
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
-    for c in doc["cells"]:
-        print(c["key"], json.dumps(c["summary"]))
+    write_ab(doc, Path(args.out))
     return 0
 
 

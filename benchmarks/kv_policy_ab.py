@@ -24,7 +24,7 @@ from trserve.bench.requests import Lengths
 from trsim.profile import load_profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kv_admission_ab import alternating, grid_cell, medians_and_answers
+from kv_admission_ab import alternating, grid_cell, medians_and_answers, write_ab
 from kv_emulated import grid_parser, run_cell
 
 
@@ -57,11 +57,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps({"cell": key, "policy": policy, "tok_s": row["throughput_tok_s"]}), flush=True)
             summary = medians_and_answers(runs, "policy", a, b)
             doc["cells"].append({"key": key, "kv_tokens": cell.kv_tokens, "summary": summary, "runs": runs})
-    doc["finished"], doc["load_1min_after"] = time.strftime("%Y-%m-%dT%H:%M:%S%z"), os.getloadavg()[0]
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
-    for c in doc["cells"]:
-        print(c["key"], json.dumps(c["summary"]))
+    write_ab(doc, Path(args.out))
     return 0
 
 
