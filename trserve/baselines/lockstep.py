@@ -84,7 +84,7 @@ class LockstepDriver:
     def run_round(self) -> None:
         busy = any(sub.num_ready for sub in self.subs)
         self._handle_all([*self._drain_backlog(), *self.mailbox.receive_all(0 if busy else 1.0)])
-        if busy and self._memory_for is not None:
+        if self._memory_for is not None and any(sub.num_ready for sub in self.subs):  # before the first launch
             self._attach_memory(self._memory_for)
         for sub in self.subs:
             if sub.model == self.entry and self._anyone_away():
