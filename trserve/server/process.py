@@ -16,6 +16,9 @@ import httpx
 
 from trserve.entrypoints import worker_command
 
+#: What the server's log says when its port was taken before it could bind it.
+PORT_TAKEN = "address already in use"
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -32,6 +35,9 @@ class HttpChild(abc.ABC):
 
     def __init__(self, port: int | None, log_prefix: str) -> None:
         self.port = port or free_port()
+        #: The port was picked here, free when picked: another process may take it before the child binds it
+        #: (engines that start first open ports of their own), so a start may retry on another one.
+        self.picked_port = port is None
         self.log_path = Path(tempfile.mkstemp(prefix=log_prefix, suffix=".log")[1])
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -78,12 +84,20 @@ class ServerProcess(HttpChild):
         self.config = config
         self.env = {**os.environ, **(env or {})}
 
-    def start(self, timeout_s: float = 600.0) -> None:
-        """Start and wait for ``/health`` to answer 200; raises RuntimeError with the log tail on failure."""
-        cmd = worker_command("server", "serve", "--host", "127.0.0.1", "--port", str(self.port))
-        if self.config is not None:
-            cmd += ["--config", str(self.config)]
-        self.launch_and_wait(cmd, self.env, timeout_s)
+    def start(self, timeout_s: float = 600.0, attempts: int = 3) -> None:
+        """Start and wait for ``/health`` to answer 200; raises RuntimeError with the log tail on failure. A port
+        picked here that another process took before the server bound it is replaced, up to ``attempts`` tries."""
+        for attempt in range(1, attempts + 1):
+            cmd = worker_command("server", "serve", "--host", "127.0.0.1", "--port", str(self.port))
+            if self.config is not None:
+                cmd += ["--config", str(self.config)]
+            try:
+                self.launch_and_wait(cmd, self.env, timeout_s)
+                return
+            except RuntimeError as exc:
+                if not self.picked_port or PORT_TAKEN not in str(exc) or attempt == attempts:
+                    raise
+                self.port = free_port()
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
         """SIGINT (graceful: workers are shut down in order), then SIGKILL if it hangs."""
