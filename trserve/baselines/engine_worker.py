@@ -13,6 +13,7 @@ import time
 
 from trcore.memory import KVBudget
 from trserve.engine.types import Engine, EngineStepError, StepItem
+from trserve.runtime.memory_setup import kv_budget_of
 from trserve.runtime.messages import Abort, Probe, Ready, Release, Rewire, Shutdown, State, StepCall, StepReply
 from trserve.runtime.reports import emulated_fields, rss_bytes
 from trserve.runtime.runspec import RunSpec
@@ -34,12 +35,6 @@ def step_reply(engine: Engine, call: StepCall) -> StepReply:
     step_s = time.perf_counter() - started
     outputs = [(int(o.token_id), dict(o.top_logprobs), o.entropy) for o in outs]
     return StepReply(call.call_id, outputs, step_s, engine.kv_usage(), **emulated_fields(engine))
-
-
-def kv_budget_of(engine: Engine) -> KVBudget | None:
-    """The engine's KV cache as the core accounts it, or None when its memory is free."""
-    budget_of = getattr(engine, "kv_budget", None)
-    return budget_of() if budget_of is not None else None
 
 
 def budget_fields(budget: KVBudget | None) -> tuple[int, int, int] | None:

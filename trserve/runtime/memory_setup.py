@@ -27,8 +27,14 @@ log = logging.getLogger(__name__)
 def build_memory(spec: RunSpec, model: int, engine: Engine) -> KVMemory | None:
     """The core's KV accounting for ``engine`` under the config's ``memory.policy`` (None when the policy is
     ``off`` or the engine has no block budget, as the hash stand-in)."""
+    return memory_for(spec, model, kv_budget_of(engine))
+
+
+def kv_budget_of(engine: Engine) -> KVBudget | None:
+    """The engine's KV cache as the core accounts it, or None when its memory is free (no pool, or the hash
+    stand-in, which has no ``kv_budget``)."""
     budget_of = getattr(engine, "kv_budget", None)
-    return memory_for(spec, model, budget_of() if budget_of is not None else None)
+    return budget_of() if budget_of is not None else None
 
 
 def memory_for(spec: RunSpec, model: int, budget: KVBudget | None) -> KVMemory | None:
