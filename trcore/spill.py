@@ -9,8 +9,10 @@ blocks; if it comes back, its context is recomputed (one extend step). Three pol
   last block was barely used to free the one block a step needed). A request without KV here may spill sessions
   to get in only when that expected recompute costs less than what running it saves while they are away (its
   tokens ride along in steps that run anyway, for as many steps as both it stays here and the victims stay on the
-  other model); otherwise it waits (a new one at admission). Sessions that bounce back within a step or two, or
-  requests that leave again after one, are never worth a spill. The rates come from the routing statistics' P
+  other model); otherwise it waits (a new one at admission). A request expected to end here (its remaining tokens
+  at most the steps it is expected to stay) always may: when it ends it frees its KV on every model, while waiting
+  would keep holding what it has parked elsewhere. Sessions that bounce back within a step or two, or requests
+  that leave again after one, are never worth a spill. The rates come from the routing statistics' P
   when the router has one, else they are learned from the model's own traffic (:mod:`trcore.move_rates`).
 * ``lru``: spill the session parked longest ago; new requests always get in.
 * ``admission-limit``: never spill; a request is admitted on a model only once its whole worst-case footprint
@@ -152,6 +154,8 @@ class CostSpill(SpillPolicy):
     ) -> bool:
         if not victims:
             return False
+        if self.expected_stay_steps(request, model) >= request.spec.max_tokens - request.num_output_tokens:
+            return True  # it ends here and frees its KV everywhere; waiting would hold what it parked elsewhere
         loss = sum(self.expected_recompute_s(v, model) for v in victims)
         away = min(self.expected_away_steps(v, model) for v in victims)
         ride = min(self.expected_stay_steps(request, model), away)

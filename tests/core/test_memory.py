@@ -90,25 +90,42 @@ def waiting_request(max_tokens=100):
 
 def test_cost_admission_compares_expected_recompute_with_what_rides_along_while_the_victims_are_away():
     # The victim holds 100 tokens (recompute 100 * 0.01 s = 1 s), is at model 1 and comes back with 1% per step:
-    # away 100 steps. The new request stays on model 0 for 1 / 0.005 = 200 steps, at most its 100 tokens, so it
-    # rides along for min(100, 100) steps at base / 4 saved per token.
+    # away 100 steps. The new request, 1000 tokens to write, stays on model 0 for 1 / 0.005 = 200 steps, so it
+    # rides along for min(200, 100) steps at base / 4 saved per token.
     routing = [[0.995, 0.005], [0.01, 0.99]]
     victims = [session("v", 4, 100, 0.0, location=1, remaining=1000)]
+    long_stay = waiting_request(max_tokens=1000)
     cheap_steps = CostSpill(StepCost(base_s=0.02, per_request_s=0.0, extend_s=0.01), routing)
-    assert not cheap_steps.may_admit_by_spilling(victims, 0, waiting_request(), batch_size=4)  # 0.5 s < 1 s
+    assert not cheap_steps.may_admit_by_spilling(victims, 0, long_stay, batch_size=4)  # 0.5 s < 1 s
     dear_steps = CostSpill(StepCost(base_s=0.08, per_request_s=0.0, extend_s=0.01), routing)
-    assert dear_steps.may_admit_by_spilling(victims, 0, waiting_request(), batch_size=4)  # 2 s > 1 s
-    assert not dear_steps.may_admit_by_spilling(victims, 0, waiting_request(max_tokens=10), batch_size=4)  # 0.2 s
+    assert dear_steps.may_admit_by_spilling(victims, 0, long_stay, batch_size=4)  # 2 s > 1 s
     # A request that leaves model 0 after 1 / 0.5 = 2 steps on average rides along for 2: 0.04 s < 1 s.
     leaving = CostSpill(StepCost(base_s=0.08, per_request_s=0.0, extend_s=0.01), [[0.5, 0.5], [0.01, 0.99]])
-    assert not leaving.may_admit_by_spilling(victims, 0, waiting_request(), batch_size=4)
+    assert not leaving.may_admit_by_spilling(victims, 0, long_stay, batch_size=4)
     bouncing = CostSpill(StepCost(base_s=0.08, per_request_s=0.0, extend_s=0.01), [[0.995, 0.005], [1.0, 0.0]])
-    assert not bouncing.may_admit_by_spilling(victims, 0, waiting_request(), batch_size=4)  # back next step
+    assert not bouncing.may_admit_by_spilling(victims, 0, long_stay, batch_size=4)  # back next step
     ending = [session("e", 4, 100, 0.0, location=1, remaining=0)]  # ends on model 1: its KV is never needed
-    assert bouncing.may_admit_by_spilling(ending, 0, waiting_request(), batch_size=4)
-    assert LRUSpill().may_admit_by_spilling(victims, 0, waiting_request(), batch_size=1)
+    assert bouncing.may_admit_by_spilling(ending, 0, long_stay, batch_size=4)
+    assert LRUSpill().may_admit_by_spilling(victims, 0, long_stay, batch_size=1)
     with pytest.raises(ConfigError, match="valid: admission-limit, cost, lru"):
         spill_policy("fifo")
+
+
+def test_cost_admits_by_spilling_a_request_expected_to_end_here():
+    # It rides along for at most 10 steps (0.2 s saved < 1 s of recompute), but with 10 tokens left and 1 / 0.005
+    # = 200 steps expected here it most likely ends on model 0, freeing its KV on every model; one expected to
+    # leave first (2 steps here on average) waits.
+    victims = [session("v", 4, 100, 0.0, location=1, remaining=1000)]
+    cost = StepCost(base_s=0.08, per_request_s=0.0, extend_s=0.01)
+    assert CostSpill(cost, [[0.995, 0.005], [0.01, 0.99]]).may_admit_by_spilling(
+        victims, 0, waiting_request(max_tokens=10), batch_size=4
+    )
+    assert not CostSpill(cost, [[0.5, 0.5], [0.01, 0.99]]).may_admit_by_spilling(
+        victims, 0, waiting_request(max_tokens=10), batch_size=4
+    )
+    half_written = waiting_request(max_tokens=1000)
+    half_written.token_ids.extend([7] * 990)  # what is left counts, not max_tokens
+    assert CostSpill(cost, [[0.995, 0.005], [0.01, 0.99]]).may_admit_by_spilling(victims, 0, half_written, 4)
 
 
 def small_model(memory, script=None, num_models=2):
