@@ -40,7 +40,14 @@ from trserve.runtime.messages import (
     StepReply,
     StepReport,
 )  # fmt: skip
-from trserve.runtime.reports import committed_tokens, finished_message, memory_fields, rss_bytes, unservable_failures
+from trserve.runtime.reports import (
+    committed_tokens,
+    failure_report,
+    finished_message,
+    memory_fields,
+    rss_bytes,
+    unservable_failures,
+)
 from trserve.runtime.runspec import RunSpec
 from trserve.runtime.transport import FRONTEND
 from trserve.runtime.worker import build_program, worker_main
@@ -110,9 +117,7 @@ class LockstepDriver:
             failed = unservable_failures(sub, unservable)
             for req in unservable:
                 self._forget(req.request_id)
-            report = StepReport(sub.model, 0, 0, 0.0, sub.num_ready, len(sub.requests), 0, 0.0, failed=failed,
-                                memory=memory_fields(sub.memory))  # fmt: skip
-            self.mailbox.send(FRONTEND, report)
+            self.mailbox.send(FRONTEND, failure_report(sub, failed))
 
     def _anyone_away(self) -> bool:
         """Whether a model other than the entry model holds a request ready to step."""
@@ -180,9 +185,7 @@ class LockstepDriver:
             for r in batch.requests:
                 self._forget(r.request_id)
             sub.fail(batch)
-            report = StepReport(model, batch.size, 0, 0.0, 0, 0, 0, reply.kv_usage, failed=failed,
-                                memory=memory_fields(sub.memory))  # fmt: skip
-            self.mailbox.send(FRONTEND, report)
+            self.mailbox.send(FRONTEND, failure_report(sub, failed, batch.size, reply.kv_usage))
             return
         result = StepResult(
             token_ids=[o[0] for o in reply.outputs],

@@ -53,24 +53,27 @@ class VllmServer(HttpChild):
 
     def __init__(self, model: Mapping[str, Any], port: int | None = None, extra_args: Sequence[str] = ()) -> None:
         super().__init__(port, "vllm-server-")
-        self.args = vllm_server_args(model, self.port, extra_args)
+        self.model = model
+        self.extra_args = extra_args
         self.placement_env = vllm_server_environment(model)
         #: Seconds from launch until ``/health`` answered (start-up, including vLLM's compilation).
         self.startup_s: float | None = None
 
     @property
     def command(self) -> list[str]:
-        return worker_command("vllm-openai-server", *self.args)
+        """vLLM's OpenAI server on the current port."""
+        return worker_command("vllm-openai-server", *vllm_server_args(self.model, self.port, self.extra_args))
 
     def describe(self) -> dict[str, Any]:
         """The command and the environment it ran with, for the bench's JSON."""
         return {"command": " ".join(self.command[1:]), "environment": self.placement_env, "startup_s": self.startup_s}
 
     def start(self, timeout_s: float = 900.0) -> None:
-        """Start and wait until ``/health`` answers 200; a RuntimeError with the log's tail when it does not."""
+        """Start and wait until ``/health`` answers 200; a RuntimeError with the log's tail when it does not. A port
+        picked here that another process took first is replaced (:meth:`HttpChild.launch_on_a_free_port`)."""
         env = {**os.environ, **self.placement_env}
         env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # vLLM's default: the engine core in its own process
-        self.startup_s = self.launch_and_wait(self.command, env, timeout_s, start_new_session=True)
+        self.startup_s = self.launch_on_a_free_port(lambda: self.command, env, timeout_s, start_new_session=True)
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
         """SIGINT to the server's process group (vLLM shuts its engine core down), SIGKILL to what of the group

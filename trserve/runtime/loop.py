@@ -286,7 +286,7 @@ class SubserverLoop:
             for req in unservable:
                 self._forget(req.request_id)
             failed = unservable_failures(self.sub, unservable)
-            self.mailbox.send(FRONTEND, failure_report(self.sub, self.engine, 0, failed, self.replica))
+            self.mailbox.send(FRONTEND, failure_report(self.sub, failed, 0, self.engine.kv_usage(), self.replica))
 
     def _fail_batch(self, batch: Batch, messages: dict[str, str]) -> None:
         self._publish_pending()  # the previous step goes first
@@ -295,7 +295,7 @@ class SubserverLoop:
             self._forget(req.request_id)
             failed.append(Failed(req.request_id, messages.get(req.request_id, f"model {self.model} failed")))
         self.sub.fail(batch)  # the batch will never complete; its requests are gone
-        self.mailbox.send(FRONTEND, failure_report(self.sub, self.engine, batch.size, failed, self.replica))
+        self.mailbox.send(FRONTEND, failure_report(self.sub, failed, batch.size, self.engine.kv_usage(), self.replica))
 
     def state(self, token: int, detail: bool = False) -> State:
         """This model's resident requests, KV usage and resident memory (``detail``: live Python objects too)."""

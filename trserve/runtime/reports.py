@@ -91,10 +91,13 @@ def memory_fields(memory: KVMemory | None) -> dict[str, int]:
     }
 
 
-def failure_report(sub: Subserver, engine: Engine, batch_size: int, failed: list[Failed], replica: int) -> StepReport:
-    """The report of requests that failed without a step (a failed batch of ``batch_size``, or unservable ones)."""
-    return StepReport(sub.model, batch_size, 0, 0.0, sub.num_ready, len(sub.requests), 0, engine.kv_usage(),
-                      failed=failed, replica=replica, memory=memory_fields(sub.memory))  # fmt: skip
+def failure_report(
+    sub: Subserver, failed: list[Failed], batch_size: int = 0, kv_usage: float = 0.0, replica: int = 0
+) -> StepReport:
+    """The report of requests that failed without a step (a failed batch of ``batch_size``, or unservable ones);
+    ``kv_usage``: the engine's cache use, where there is an engine to ask."""
+    return StepReport(sub.model, batch_size, 0, 0.0, sub.num_ready, len(sub.requests), 0, kv_usage, failed=failed,
+                      replica=replica, memory=memory_fields(sub.memory))  # fmt: skip
 
 
 def unservable_failures(sub: Subserver, requests: list[Request]) -> list[Failed]:

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import httpx
 
 from trserve.entrypoints import worker_command
 
-#: What the server's log says when its port was taken before it could bind it.
+#: What a server's log says (in any case) when its port was taken before it could bind it.
 PORT_TAKEN = "address already in use"
 
 
@@ -61,6 +62,20 @@ class HttpChild(abc.ABC):
         self.stop()
         raise RuntimeError(f"{self.what} not healthy after {timeout_s:.0f} s:\n{tail}")
 
+    def launch_on_a_free_port(
+        self, command: Callable[[], list[str]], env: dict[str, str], timeout_s: float, attempts: int = 3, **popen: Any
+    ) -> float:
+        """:meth:`launch_and_wait` with ``command()`` for the current port; a port picked here that another process
+        took before the child bound it is replaced, up to ``attempts`` tries (a port the caller chose never is)."""
+        for attempt in range(1, attempts + 1):
+            try:
+                return self.launch_and_wait(command(), env, timeout_s, **popen)
+            except RuntimeError as exc:
+                if not self.picked_port or PORT_TAKEN not in str(exc).lower() or attempt == attempts:
+                    raise
+                self.port = free_port()
+        raise ValueError(f"attempts must be at least 1, not {attempts}")
+
     def is_healthy(self) -> bool:
         try:
             return httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200
@@ -87,17 +102,13 @@ class ServerProcess(HttpChild):
     def start(self, timeout_s: float = 600.0, attempts: int = 3) -> None:
         """Start and wait for ``/health`` to answer 200; raises RuntimeError with the log tail on failure. A port
         picked here that another process took before the server bound it is replaced, up to ``attempts`` tries."""
-        for attempt in range(1, attempts + 1):
-            cmd = worker_command("server", "serve", "--host", "127.0.0.1", "--port", str(self.port))
-            if self.config is not None:
-                cmd += ["--config", str(self.config)]
-            try:
-                self.launch_and_wait(cmd, self.env, timeout_s)
-                return
-            except RuntimeError as exc:
-                if not self.picked_port or PORT_TAKEN not in str(exc) or attempt == attempts:
-                    raise
-                self.port = free_port()
+        self.launch_on_a_free_port(lambda: self.command, self.env, timeout_s, attempts)
+
+    @property
+    def command(self) -> list[str]:
+        """``tokenrouter serve`` on the current port."""
+        cmd = worker_command("server", "serve", "--host", "127.0.0.1", "--port", str(self.port))
+        return cmd if self.config is None else [*cmd, "--config", str(self.config)]
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
         """SIGINT (graceful: workers are shut down in order), then SIGKILL if it hangs."""

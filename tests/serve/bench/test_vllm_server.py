@@ -1,6 +1,7 @@
 """The bench's ``vllm-server`` system for real: vLLM's own OpenAI server on the prepared large model starts,
 answers, is counted and driven by the bench's closed-loop client, runs vLLM's own benchmark client, and is
-stopped with every process it started. One server start serves the four tests (run them under
+stopped with every process it started; a port picked for it that another process took first is replaced.
+One server start serves the four tests (run them under
 ``flock /tmp/tokenrouter-measure.lock``). The first start on a machine compiles the model (vLLM's default
 ``torch.compile`` on CPU, cached in ~/.cache/vllm): minutes; later starts reuse the cache."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,21 +20,41 @@ import pytest
 from trserve.bench.client import Workload, committed_tokens, run_load
 from trserve.bench.vllm_server import VllmServer, group_members
 from trserve.entrypoints import worker_command
+from trserve.server import process as process_module
 from trserve.server.defaults import DEFAULT_CONFIG
 
 pytestmark = pytest.mark.serve  # vLLM's own server on the prepared large model
 
 
 @pytest.fixture(scope="module")
-def vllm_openai(prepared_pair: tuple[Path, Path]) -> Iterator[VllmServer]:
+def busy_port() -> Iterator[int]:
+    """A port another process listens on, handed to the server as the first 'free' port it picks."""
+    with socket.socket() as taken, pytest.MonkeyPatch.context() as patch:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        picks = iter([port])
+        real = process_module.free_port
+        patch.setattr(process_module, "free_port", lambda: next(picks, None) or real())
+        yield port
+
+
+@pytest.fixture(scope="module")
+def vllm_openai(prepared_pair: tuple[Path, Path], busy_port: int) -> Iterator[VllmServer]:
     # The bench's settings (max_model_len included), so vLLM's compile cache serves the bench's later starts too.
     large = {**DEFAULT_CONFIG["models"][-1], "path": str(prepared_pair[0])}
     server = VllmServer(large)
+    assert server.port == busy_port
     try:
         server.start(timeout_s=900)
         yield server
     finally:
         server.stop()
+
+
+def test_a_picked_port_taken_before_it_bound_it_was_replaced(vllm_openai: VllmServer, busy_port: int) -> None:
+    assert vllm_openai.port != busy_port and f"--port {vllm_openai.port}" in " ".join(vllm_openai.command)
+    assert vllm_openai.is_healthy()
 
 
 def test_it_answers_and_the_bench_counts_its_tokens(vllm_openai: VllmServer) -> None:
