@@ -154,11 +154,12 @@ class CostSpill(SpillPolicy):
     ) -> bool:
         if not victims:
             return False
-        if self.expected_stay_steps(request, model) >= request.spec.max_tokens - request.num_output_tokens:
+        stay = self.expected_stay_steps(request, model)
+        if stay >= request.spec.max_tokens - request.num_output_tokens:
             return True  # it ends here and frees its KV everywhere; waiting would hold what it parked elsewhere
         loss = sum(self.expected_recompute_s(v, model) for v in victims)
         away = min(self.expected_away_steps(v, model) for v in victims)
-        ride = min(self.expected_stay_steps(request, model), away)
+        ride = min(stay, away)
         return loss <= ride * self.cost.saving_per_token_s(batch_size)
 
 
