@@ -10,32 +10,14 @@ from typing import Any
 
 import pytest
 
+from tests.serve.synthetic_profiles import NAMES, by_hand, write_profiles
 from trcore.errors import ConfigError
 from trserve.config import ServeConfig
-from trserve.hardware import cpu_model, hardware_tag, local_gpu_name
+from trserve.hardware import hardware_tag
 from trserve.server.drift import DriftMeasurement, assess
 from trserve.server.thresholds import auto_inputs, resolve_thresholds
-from trsim.fit import LatencySample
-from trsim.profile import make_profile, save_profile
 
-NAMES = ("small", "large")
 MARKOV = {"program": "markov", "params": {"P": [[0.5, 0.5], [1.0, 0.0]], "C": [[1.0, 0.0], [1.0, 0.0]]}}
-
-
-def by_hand(k: int, batch: int, context: int, scale: float = 1.0) -> float:
-    """The synthetic profiles' step latency: a_k + b * batch + c * batch * context (exact linear data)."""
-    return scale * (0.02 * (k + 1) + 0.002 * batch + 2e-6 * batch * context)
-
-
-def write_profiles(folder: Path, scale: float = 1.0) -> list[Path]:
-    folder.mkdir(parents=True, exist_ok=True)
-    machine = {"description": "synthetic", "cpu_model": cpu_model(), "accelerator": local_gpu_name()}
-    paths = []
-    for k, name in enumerate(NAMES):
-        samples = [LatencySample(n, n * c, 0, by_hand(k, n, c, scale)) for n in (1, 2, 4) for c in (32, 128)]
-        paths.append(folder / f"{name}.json")
-        save_profile(make_profile(name, machine, samples, ("linear",)), paths[-1])
-    return paths
 
 
 def auto_config(calibration: Path, drift: str = "scale", **extra: Any) -> ServeConfig:
