@@ -63,8 +63,8 @@ def run_cell(
     return {
         "key": cell.key, "routing": cell.routing, "concurrency": cell.concurrency, "memory": cell.memory,
         "system": cell.system, "policy": cell.policy, "kv_tokens": cell.kv_tokens,
-        "throughput_tok_s": load.throughput_tok_s, "window_s": load.window_s, "num_finished": load.num_finished,
-        "num_failed": load.num_failed, "failures": load.failures,
+        "throughput_tok_s": load.throughput_tok_s, "warmup_s": args.warmup_s, "window_s": load.window_s,
+        "num_finished": load.num_finished, "num_failed": load.num_failed, "failures": load.failures,
         "e2e_p50_s": sorted(load.e2e_s)[len(load.e2e_s) // 2] if load.e2e_s else None,
         "kv": cell_memory([window_memory(load.metrics_after, load.metrics_before)]), "answers": load.answers,
     }  # fmt: skip

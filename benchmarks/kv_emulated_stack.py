@@ -5,12 +5,17 @@
         [--out docs/bench-emulated/memory/kv-emulated-stack.json]
 
 Every committed cell of ``benchmarks/kv_emulated.py`` (its measured throughput is read, nothing is measured) is
-simulated twice from the same twin (``trserve/bench/kv_grid.py`` ``sim_config``, the same tokens and warm-up as the
-grid's own prediction): as committed (an ideal stack) and with a crossval stack probe's costs (``--stack``: host time
-per step and per request, hand-off transit, the client's turnaround between a session's requests, delivery). The
-probe is another run of the same stack on the same emulated engines (fixed 64-token requests at N = 2 and 16, a
-different hour), so the costs are out of sample for every cell; the grid's own windows fit nothing. Writes the
-measured, both simulated figures and their ratios per cell, and how many cells each is within 5% of.
+simulated four times from the same twin (``trserve/bench/kv_grid.py`` ``sim_config``): an ideal stack and one with a
+crossval stack probe's costs (``--stack``: host time per step and per request, hand-off transit, the client's
+turnaround between a session's requests, delivery), each in steady state (the tokens and warm-up of the grid's own
+prediction) and over the cell's own protocol (from a cold start: the grid's warm-up seconds, then the seconds the
+cell's window measured; where a window holds a few request lifetimes or less, that is what the stack measured, not
+the steady state; its requests are the ones the bench sent, lengths and routing schedules, its first N those of the
+N clients' first requests, the rest in the order the clients' later ones were drawn). The probe is another run of
+the same stack on the same emulated engines (fixed 64-token requests at N = 2 and 16, a different hour), so the
+costs are out of sample for every cell; the grid's windows fit nothing (their length is the protocol, not a result).
+Writes the measured and simulated figures and their ratios per cell, and how many cells each simulator is within 5%
+of.
 """
 
 from __future__ import annotations
@@ -24,13 +29,25 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from trserve.bench.kv_grid import GridCell, sim_config
-from trserve.bench.requests import Lengths
+from trcore.traces import RequestTrace, TraceStep
+from trserve.bench.kv_grid import ROUTINGS, GridCell, sim_config
+from trserve.bench.requests import Lengths, request_body
 from trserve.crossval.stack import StackCosts, load_stack
-from trsim.driver import simulate
+from trsim.build import with_traces
+from trsim.config import SimConfig
+from trsim.driver import Simulation, simulate
+from trsim.lengths import LengthPairs
 from trsim.plan_inputs import last_model_stack, with_stack
 
 TOLERANCE = 0.05
+#: The grid's warm-up seconds where a cell does not record its own (every committed run used the default).
+GRID_WARMUP_S = 4.0
+#: Requests per client the window twin replays (in the order sessions start), then cycles: at most about 8 fit in a
+#: committed window (the fastest cell's 8,000 tok/s over 19 s of 158-token requests from 128 clients).
+WINDOW_REQUESTS_PER_CLIENT = 16
+#: (name, with the stack's costs, over the cell's own window): steady state as committed, and the cell's protocol.
+SIMULATORS = (("sim", False, False), ("sim_stack", True, False), ("sim_window", False, True),
+              ("sim_window_stack", True, True))  # fmt: skip
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -46,14 +63,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def predict(row: dict[str, Any], stack: StackCosts | None, profiles: dict[str, Path], lengths: Lengths) -> float:
-    """The simulator's throughput of one grid cell, with ``stack``'s costs or an ideal stack (None)."""
+def predict(
+    row: dict[str, Any], stack: StackCosts | None, profiles: dict[str, Path], lengths: Lengths, window: bool = False
+) -> float:
+    """The simulator's throughput of one grid cell, with ``stack``'s costs or an ideal stack (None): in steady state
+    (a lifetime's warm-up, then at least four), or with ``window`` over the cell's own protocol (from a cold start,
+    the grid's warm-up seconds, then the cell's measured window seconds)."""
     cell = GridCell(row["routing"], row["concurrency"], row["memory"], row["system"], row["kv_tokens"])
     config = sim_config(cell, profiles, lengths)
     if stack is not None:
         fields = stack.sim_fields()
         config = with_stack(config, last_model_stack(fields) if cell.system == "llm-only" else fields)
         config = replace(config, workload=replace(config.workload, think_time_s=stack.client_turnaround_s))
+    if window:
+        config = replay_sent(config, cell, lengths)
+        warmup_s = row.get("warmup_s", GRID_WARMUP_S)
+        return Simulation(config).run(time_s=warmup_s + row["window_s"], warmup_s=warmup_s).throughput_tok_s
     lifetime = int(cell.concurrency * lengths.mean_lengths()[1])
     return simulate(config, tokens=max(20000, 4 * lifetime), warmup_tokens=lifetime).throughput_tok_s
 
@@ -68,10 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     cells = []
     for row in grid["cells"]:
-        ideal, costed = predict(row, None, profiles, lengths), predict(row, stack, profiles, lengths)
-        measured = row["throughput_tok_s"]
-        cells.append({"key": row["key"], "measured_tok_s": measured, "sim_tok_s": ideal, "sim_stack_tok_s": costed,
-                      "measured_over_sim": measured / ideal, "measured_over_sim_stack": measured / costed})  # fmt: skip
+        measured, cell = row["throughput_tok_s"], {"key": row["key"], "measured_tok_s": row["throughput_tok_s"]}
+        for name, costs, window in SIMULATORS:
+            cell[f"{name}_tok_s"] = predicted = predict(row, stack if costs else None, profiles, lengths, window)
+            cell[f"measured_over_{name}"] = measured / predicted
+        cells.append(cell)
         print(json.dumps(cells[-1]), flush=True)
     doc = {"command": " ".join(["python", "benchmarks/kv_emulated_stack.py", *(argv or sys.argv[1:])]),
            "started": started, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "grid": args.grid,
@@ -81,10 +107,34 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def replay_sent(config: SimConfig, cell: GridCell, lengths: Lengths) -> SimConfig:
+    """``config`` sending the requests the bench sent (``trserve/bench/requests.py`` ``request_body``: client i's
+    k-th request, all N first ones at t = 0, later ones in k-major order): their lengths and, routed, their routing
+    schedules replayed (trace replay, as the server's ``schedule`` router follows them: no P for the policy)."""
+    routing = None if cell.system == "llm-only" else (ROUTINGS[cell.routing]["P"], ROUTINGS[cell.routing]["C"])
+    bodies = [request_body(lengths, i, k, routing) for k in range(WINDOW_REQUESTS_PER_CLIENT)
+              for i in range(cell.concurrency)]  # fmt: skip
+    if routing is None:
+        pairs = LengthPairs(tuple((len(b["prompt"]), b["max_tokens"]) for b in bodies))
+        return replace(config, workload=replace(config.workload, pairs=pairs))
+    traces = [RequestTrace(f"{k}", schedule_steps(b["routing_extra"]["schedule"]), len(b["prompt"]), b["max_tokens"])
+              for k, b in enumerate(bodies)]  # fmt: skip
+    return with_traces(config, traces)
+
+
+def schedule_steps(schedule: list[list[Any]], entry: int = 0) -> tuple[TraceStep, ...]:
+    """A request's ``(destination, kept)`` schedule as trace steps (each made on the model the one before led to)."""
+    steps, model = [], entry
+    for dest, kept in schedule:
+        steps.append(TraceStep(model, int(dest), bool(kept)))
+        model = int(dest)
+    return tuple(steps)
+
+
 def summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
     """Per simulator: cells within :data:`TOLERANCE`, and the median and range of measured / simulated."""
     out = {}
-    for name in ("measured_over_sim", "measured_over_sim_stack"):
+    for name in (f"measured_over_{sim}" for sim, _, _ in SIMULATORS):
         ratios = [c[name] for c in cells]
         out[name] = {"within_5pct": sum(abs(r - 1) <= TOLERANCE for r in ratios), "cells": len(ratios),
                      "median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}  # fmt: skip

@@ -16,7 +16,6 @@ fallback) and ``trsim.profile`` to validate when pydantic is installed.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -29,6 +28,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # for trsim and calibration
 
+from calibration.gpu_files import find_shapes, load_config, log, write_profile  # noqa: E402
 from calibration.gpu_steps import (  # noqa: E402
     Cell,
     Device,
@@ -86,11 +86,11 @@ class Profiler:
             if isinstance(times, str):
                 out_of_time = out_of_time or times.startswith("budget")
                 skipped.append({"cell": cell.describe(), "reason": times})
-                _log(f"[{name}] {cell.describe()}: skipped ({times})")
+                log(f"[{name}] {cell.describe()}: skipped ({times})")
                 continue
             samples.extend(cell.sample(t) for t in times)
             med, spread = float(np.median(times)), float(np.std(times) / np.mean(times))
-            _log(f"[{name}] {cell.describe()}: {med * 1e3:.2f} ms median, spread {spread:.1%} ({len(times)} reps)")
+            log(f"[{name}] {cell.describe()}: {med * 1e3:.2f} ms median, spread {spread:.1%} ({len(times)} reps)")
         del model
         self.device.release()
         return self._assemble(name, path, cfg, shape, samples, skipped)
@@ -134,7 +134,7 @@ class Profiler:
             self.use_graphs[kind] = False
             note = f"{kind} steps eager: CUDA graph capture failed ({type(exc).__name__}: {str(exc)[:160]})"
             self.graph_notes.append(note)
-            _log(f"warning: {note}")
+            log(f"warning: {note}")
             if self.device.torch.cuda.is_available():
                 self.device.torch.cuda.synchronize()
             return runner
@@ -181,48 +181,6 @@ def grid_cells(args: argparse.Namespace) -> list[Cell]:
     extend = [Cell(b, ctx, q) for b in args.extend_batch_sizes for ctx in args.extend_context_lens
               for q in args.extend_tokens]  # fmt: skip
     return decode + extend
-
-
-def _log(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
-def find_shapes(shapes_dir: Path) -> dict[str, Path]:
-    """Shape configs by model name: ``<name>.json`` or ``<name>/config.json`` holding a ``model_type``."""
-    candidates = {p.stem: p for p in sorted(shapes_dir.glob("*.json"))}
-    candidates.update({p.parent.name: p for p in sorted(shapes_dir.glob("*/config.json"))})
-    return {name: p for name, p in candidates.items() if "model_type" in _read_json(p)}
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def load_config(path: Path) -> Any:
-    from transformers import AutoConfig
-
-    data = _read_json(path)
-    return AutoConfig.for_model(data.pop("model_type"), **data)
-
-
-def write_profile(profile: dict[str, Any], out_dir: Path) -> Path:
-    """Validate against the schema when pydantic is here, then write atomically (a run killed mid-write
-    never leaves a truncated profile)."""
-    try:
-        from trsim.profile import LatencyProfile
-    except ImportError:
-        _log("note: pydantic not installed, profile written unvalidated")
-    else:
-        LatencyProfile.model_validate(profile)
-    path = out_dir / f"{profile['llm']}.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(profile, indent=1) + "\n")
-    tmp.replace(path)
-    return path
 
 
 def _int_list(text: str) -> list[int]:
@@ -303,19 +261,19 @@ def run(args: argparse.Namespace) -> int:
         weights = shape_summary(configs[name])["params"] * (2 if device.is_cuda else 4)
         if share < MIN_MODEL_SHARE_S or weights > 0.9 * device.free_bytes():
             reason = "no time left" if share < MIN_MODEL_SHARE_S else "weights do not fit in memory"
-            _log(f"[{name}] skipped: {reason}")
+            log(f"[{name}] skipped: {reason}")
             continue
         profile = _guarded(name, profiler.profile, name, shapes[name], configs[name], time.monotonic() + share)
         if profile is None or not profile["samples"]:
-            _log(f"[{name}] no samples, no profile written")
+            log(f"[{name}] no samples, no profile written")
             device.release()
             continue
         written.append(write_profile(profile, out_dir))
         fits = [f"{f['model']} mape {f['mape']:.1%}" for f in [profile["fit"], *profile["other_fits"]] if f]
         num_skipped = len(profile["machine"]["skipped"])
-        _log(f"[{name}] {len(profile['samples'])} samples, {num_skipped} cells skipped, fits: {', '.join(fits)}")
+        log(f"[{name}] {len(profile['samples'])} samples, {num_skipped} cells skipped, fits: {', '.join(fits)}")
     elapsed = args.budget_s - (deadline - time.monotonic())
-    _log(f"wrote {len(written)} of {len(shapes)} profiles under {out_dir} in {elapsed:.0f} s")
+    log(f"wrote {len(written)} of {len(shapes)} profiles under {out_dir} in {elapsed:.0f} s")
     return 0 if written else 1
 
 
@@ -324,7 +282,7 @@ def _guarded(name: str, func: Callable[..., Any], *args: Any) -> Any:
     try:
         return func(*args)
     except Exception as exc:
-        _log(f"[{name}] failed: {type(exc).__name__}: {str(exc)[:300]}")
+        log(f"[{name}] failed: {type(exc).__name__}: {str(exc)[:300]}")
         return None
 
 

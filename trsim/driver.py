@@ -1,9 +1,8 @@
 """The SimPy driver: one process per model subserver, driving the trcore core through receive / launch /
 complete. SimPy replaces the engine and the clock; everything else is the core the real server runs.
 
-Time is integer nanosecond ticks. At an instant where several things happen, every step completion and
-delivery is processed before any model decides to launch (launch decisions are scheduled at a lower
-priority), which is also how the throughput model orders events.
+Time is integer nanosecond ticks. At an instant where several things happen, every step completion and delivery
+is processed before any model decides to launch (lower priority), as the throughput model orders events.
 """
 
 from __future__ import annotations
@@ -121,9 +120,8 @@ class Simulation(MemoryDriving, ThresholdDriving, ResultReporting):
         self, tokens: int | None = None, time_s: float | None = None, warmup_tokens: int = 0, warmup_s: float = 0.0
     ) -> SimResult:
         """Run until ``tokens`` committed tokens, ``time_s`` simulated seconds, or the workload is done (replayed
-        arrival times with a time limit: the run lasts ``time_s``, idle after its last request if need be).
-        Throughput counts only tokens after the first ``warmup_tokens``, or those committed from ``warmup_s``
-        simulated seconds on (the measured window of a real run)."""
+        arrival times with a time limit: the run lasts ``time_s``, idle after its last request if need be). Throughput
+        counts tokens after the first ``warmup_tokens``, or from ``warmup_s`` on (a real run's measured window)."""
         if tokens is None and time_s is None and not self.config.workload.is_finite and not self.phasing:
             raise ConfigError("run", "give a token or time limit, or a workload with num_sessions")
         for name, value in (("tokens", tokens), ("time_s", time_s)):
@@ -195,8 +193,7 @@ class Simulation(MemoryDriving, ThresholdDriving, ResultReporting):
             ticks = round(latency(batch) * TICKS_PER_S) or 1
             yield Timeout(env, ticks)
             self.stats.proc_steps[p] += 1
-            self._complete(p, batch, launched, ticks)
-            # The step's results are out; the loop is busy.
+            self._complete(p, batch, launched, ticks)  # the step's results are out; the loop is busy
             hold = self.cooldown_ticks + self.overhead_ticks[p] + self.per_request_ticks[p] * batch.size
             if hold:
                 yield Timeout(env, hold)

@@ -5,8 +5,7 @@ Closed loop: per placement, concurrency and threshold candidate, the throughput 
 1 ms grid) up to ``chain_max_n`` requests per pipeline and the simulator (endless requests) beyond; the best few
 placements are confirmed in the simulator. Open loop: the highest Poisson rate whose TPOT and TTFT p99 meet
 the SLO, by bisection in the simulator with a preset's length distributions. Replicas are decomposed: r
-pipelines each carry N/r requests (closed) or 1/r of the arrivals (open).
-"""
+pipelines each carry N/r requests (closed) or 1/r of the arrivals (open)."""
 
 from __future__ import annotations
 

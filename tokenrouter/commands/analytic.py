@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from tokenrouter import options as opt
+from tokenrouter.commands.analytic_view import optimize_dict, print_optimize, print_throughput, result_dict
 from tokenrouter.errors import cli_errors
 from trcore.errors import ConfigError, NotIrreducibleError
 from trcore.routers import validate_keep_matrix
 
 if TYPE_CHECKING:
-    from trcore.throughput import OptimizeResult, ThroughputModel, ThroughputResult
+    from trcore.throughput import ThroughputModel
 
 #: The model's field names and the options that set them, so errors name what the user typed.
 OPTION_OF = {
@@ -87,9 +88,9 @@ def throughput(
     with _named_fields():
         result = model.solve(num_requests, vector, method=method)
     if as_json:
-        print(json.dumps(_result_dict(result) | {"num_states": result.num_states, "method": result.method}))
+        print(json.dumps(result_dict(result) | {"num_states": result.num_states, "method": result.method}))
     else:
-        _print_throughput(result, num_requests)
+        print_throughput(result, num_requests)
 
 
 @cli_errors
@@ -117,9 +118,9 @@ def optimize(
         )
     ranked = sorted(result.candidates, key=lambda c: -c.throughput_tok_s)
     if as_json:
-        print(json.dumps(_optimize_dict(result, ranked)))
+        print(json.dumps(optimize_dict(result, ranked)))
     else:
-        _print_optimize(result, ranked, num_requests)
+        print_optimize(result, ranked, num_requests)
 
 
 def _model(
@@ -232,79 +233,3 @@ def _named_fields() -> Iterator[None]:
         raise ConfigError(OPTION_OF.get(exc.field, exc.field), exc.problem) from None
     except NotIrreducibleError as exc:
         raise ConfigError("--P", str(exc)) from None
-
-
-def _result_dict(result: ThroughputResult) -> dict[str, Any]:
-    """Thresholds, throughput and its standard error (0.0 when solved exactly)."""
-    return {
-        "thresholds": list(result.thresholds),
-        "throughput_tok_s": result.throughput_tok_s,
-        "std_error_tok_s": result.std_error_tok_s,
-    }
-
-
-def _optimize_dict(result: OptimizeResult, ranked: list[ThroughputResult]) -> dict[str, Any]:
-    return {
-        "thresholds": list(result.thresholds),
-        "throughput_tok_s": result.throughput_tok_s,
-        "candidates": [_result_dict(c) | {"num_states": c.num_states} for c in ranked],
-        "elapsed_s": result.elapsed_s,
-        "method": result.method,
-    }
-
-
-def _print_throughput(result: ThroughputResult, num_requests: int) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    console.print(f"Throughput model, {num_requests} concurrent requests")
-    table = Table()
-    for name in ("thresholds", "tok/s", "states"):
-        table.add_column(name, justify="right")
-    table.add_row(_vector(result.thresholds), _rate(result), _states(result))
-    console.print(table)
-
-
-def _print_optimize(result: OptimizeResult, ranked: list[ThroughputResult], num_requests: int) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    total_states = sum(c.num_states for c in ranked)
-    console.print(
-        f"{len(ranked)} feasible threshold vectors, {num_requests} concurrent requests, best first ({result.method})"
-    )
-    table = Table()
-    for name in ("", "thresholds", "tok/s", "vs best", "states"):
-        table.add_column(name, justify="right")
-    for c in ranked:
-        is_best = c.thresholds == result.thresholds
-        table.add_row(
-            "best" if is_best else "",
-            _vector(c.thresholds),
-            _rate(c),
-            f"{c.throughput_tok_s / result.throughput_tok_s:.1%}",
-            _states(c),
-            style="bold green" if is_best else None,
-        )
-    console.print(table)
-    work = f"{total_states} states over all candidates" if result.method == "exact" else "sampled"
-    best = next((c for c in ranked if c.thresholds == result.thresholds), None)
-    rate = _rate(best) if best else f"{result.throughput_tok_s:.2f}"
-    console.print(f"best thresholds {_vector(result.thresholds)}: {rate} tok/s ({work}, {result.elapsed_s:.2f} s)")
-
-
-def _rate(result: ThroughputResult) -> str:
-    """Tokens per second, with the standard error of a sampled value."""
-    if result.std_error_tok_s > 0:
-        return f"{result.throughput_tok_s:.2f} ± {result.std_error_tok_s:.2f}"
-    return f"{result.throughput_tok_s:.2f}"
-
-
-def _states(result: ThroughputResult) -> str:
-    return str(result.num_states) if result.num_states else "-"
-
-
-def _vector(values: tuple[int, ...]) -> str:
-    return ",".join(str(v) for v in values)

@@ -14,7 +14,6 @@ scored cells' windows) and takes from their step reports, per model:
 * **hand-off transit**: the median transit of a hand-off message this model received, beyond the step it was
   in (``handoff_transit_s / handoffs_received``, each message at its report's mean), which becomes the
   simulator's ``transfer_delay_s`` for hand-offs to this model;
-
 * **step overrun** (``backend: emulated`` only): the median time a step took beyond the latency it was given
   (the loop's calls around the engine, the wait's wake-up), which the simulator adds to the host gap (not when
   a drift probe's factors already scale the steps);
@@ -68,8 +67,7 @@ class StackCosts:
     source: dict[str, Any] = field(default_factory=dict)
     #: Per model (empty: none).
     step_overrun_s: tuple[float, ...] = ()
-    #: Per model: host time per request of a step beyond ``host_gap_s`` (empty: none; ``host_gap_s`` is then the
-    #: fit's value at no request).
+    #: Per model: host time per request of a step beyond ``host_gap_s`` (empty: none; else that is the fit at 0).
     per_request_s: tuple[float, ...] = ()
     #: From the end of a request's last step to the client's receipt of it (median over the probe's requests).
     delivery_s: float = 0.0

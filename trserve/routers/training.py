@@ -13,8 +13,7 @@ Prompts are split by prompt (index mod 5: 0 test, 1 validation, else train). The
 target fraction of the validation tokens to the large model (``route_rate``, default 0.2: the papers expose the
 threshold as a cost knob; R2R reports ~10-20% large-model tokens). Max-F1 is no use on this pair: its small model
 disagrees with the large one on ~94% of positions, so max-F1 routes everything. Figures are on the test prompts;
-the max-F1 point is reported alongside.
-"""
+the max-F1 point is reported alongside."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """One subserver's event loop: drives a ``trcore.Subserver`` with the real clock and a step engine.
 
 The loop owns no scheduling logic: it feeds messages to ``receive``, asks ``launch`` whether to step, turns a
-launched batch into one engine step, and hands the result to ``complete``. Hand-offs leave through the
-mailbox without waiting for the peer, so this model goes straight on with its other requests.
-"""
+launched batch into one engine step, and hands the result to ``complete``. Hand-offs leave through the mailbox
+without waiting for the peer, so this model goes straight on with its other requests."""
 
 from __future__ import annotations
 
@@ -47,8 +46,7 @@ from trserve.runtime.transport import FRONTEND
 
 log = logging.getLogger(__name__)
 
-#: How long an idle loop sleeps between checks that its parent is alive.
-IDLE_POLL_S = 1.0
+IDLE_POLL_S = 1.0  #: How long an idle loop sleeps between checks that its parent is alive.
 #: How long a request id stays remembered after an abort, so late hand-offs for it are dropped.
 TOMBSTONE_S = 600.0
 
@@ -169,15 +167,14 @@ class SubserverLoop:
         held = self.sub.requests.get(rid)
         if held is not None and incarnation > incarnation_of(held.extra):
             self._forget(rid)  # a request resumed after a crash: what this model held of it is stale
-        if msg.spec is None and rid not in self.sub.requests:
-            # Addressed to a previous incarnation of this model (it restarted); the front end resumes the request.
+        if msg.spec is None and rid not in self.sub.requests:  # for an earlier incarnation: the front end resumes it
             log.warning("model %d: dropping hand-off for unknown request %s", self.model, rid)
             return
         self.sub.receive(msg, self.clock())
 
     def _forget(self, request_id: str, incarnation: int | None = None) -> None:
-        """Release a request here (finished elsewhere or aborted) and free its KV in the engine; later hand-offs of
-        ``incarnation`` (at least the one held here) or earlier are dropped."""
+        """Release a request here (finished elsewhere or aborted), free its KV in the engine, and drop its later
+        hand-offs of ``incarnation`` (at least the one held here) or earlier."""
         held = self.sub.requests.get(request_id)
         incarnation = max(incarnation or 0, incarnation_of(held.extra) if held is not None else 0)
         self.sub.abort(request_id)

@@ -130,7 +130,7 @@ def _run(tok_s, offered=None):
 
 def test_rate_cells_have_the_simulator_but_not_the_throughput_model():
     from trserve.config import ServeConfig
-    from trserve.crossval.run import input_runs, predict_cells
+    from trserve.crossval.scoring import input_runs, predict_cells
 
     cfg = ServeConfig.model_validate({"models": [{"name": "small", "path": "x"}, {"name": "large", "path": "y"}]})
     calibration = Calibration(("a", "b"), (ConstantModel(0.010), ConstantModel(0.020)))

@@ -44,7 +44,7 @@ def test_real_fidelity_by_hand_and_the_comparison_with_a_simulated_run():
 
 
 def test_first_repeat_is_the_input_and_only_later_repeats_are_scored():
-    from trserve.crossval.run import input_runs
+    from trserve.crossval.scoring import input_runs
 
     plan = make_plan(2, [2], default_routers(), [(1, 1)], repeats=3)
     runs = [(rep, router, 2, (1, 1), _run([], [])) for rep in range(3) for router in plan.routers]
@@ -102,7 +102,7 @@ def test_predictions_come_from_the_input_repeat_and_are_scored_on_the_others(tmp
     from trserve.crossval.harness import CellRun, StepRecord
     from trserve.crossval.predict import load_calibration
     from trserve.crossval.report import markdown_table
-    from trserve.crossval.run import input_runs, predict_cells
+    from trserve.crossval.scoring import input_runs, predict_cells
 
     _write_profiles(tmp_path / "profiles", ["small", "large"])
     calibration = load_calibration(tmp_path / "profiles", ["small", "large"])
@@ -140,7 +140,7 @@ def test_predictions_come_from_the_input_repeat_and_are_scored_on_the_others(tmp
 def test_replayed_traces_keep_every_request_at_its_drawn_length():
     from trcore.traces import RequestTrace, TraceStep
     from trserve.crossval.harness import CellRun
-    from trserve.crossval.run import replay_traces
+    from trserve.crossval.scoring import replay_traces
 
     step = (TraceStep(0, 0, True),)
     done, cut, empty = RequestTrace("a", step * 5, 30, 5), RequestTrace("b", step * 3, 30, 3), RequestTrace("c", (), 30)
