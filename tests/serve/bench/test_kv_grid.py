@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from trserve.bench.kv_grid import (
+    ROUTINGS,
     GridCell,
     answers_match,
     cells_for,
@@ -17,7 +18,7 @@ from trserve.bench.kv_grid import (
     serve_config,
     sim_config,
 )
-from trserve.bench.requests import Lengths
+from trserve.bench.requests import Lengths, request_body
 from trserve.config import ServeConfig
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -87,3 +88,34 @@ def test_targets_compare_the_default_with_the_better_simple_policy_and_each_cell
     assert goals["sim_within_5pct"] == {"met": False, "cells": 4, "off": 1, "worst": pytest.approx(0.22)}
     assert goals["answers_identical_to_roomy"] == {"met": False, "compared": 4, "identical": 3}
     assert goals["zero_failed"]["met"]
+
+
+_twin_spec = importlib.util.spec_from_file_location("kv_emulated_stack", ROOT / "benchmarks/kv_emulated_stack.py")
+assert _twin_spec is not None and _twin_spec.loader is not None
+_twin = importlib.util.module_from_spec(_twin_spec)
+_twin_spec.loader.exec_module(_twin)
+
+
+def test_a_schedule_becomes_trace_steps_made_on_the_model_the_step_before_led_to() -> None:
+    steps = _twin.schedule_steps([[1, True], [1, False], [0, False], [0, True]])
+    assert [tuple(s) for s in steps] == [(0, 1, True), (1, 1, False), (1, 0, False), (0, 0, True)]
+
+
+@pytest.mark.parametrize("system", ["cost", "llm-only"])
+def test_the_window_twin_sends_the_requests_the_bench_sent(system: str) -> None:
+    """Session k of the twin is client k mod N's (k // N)-th request: its lengths, and routed its schedule."""
+    lengths = LENGTHS
+    cell = GridCell("r2r", 4, "2x", system, 512)
+    config = _twin.replay_sent(sim_config(cell, PROFILES, lengths), cell, lengths)
+    routing = None if system == "llm-only" else (ROUTINGS["r2r"]["P"], ROUTINGS["r2r"]["C"])
+    for k in (0, 3, 4, 9):
+        body = request_body(lengths, k % 4, k // 4, routing)
+        assert config.workload.pairs.pair(k) == (len(body["prompt"]), body["max_tokens"])
+    if routing is None:
+        assert config.router.program == "markov"  # a single model: nothing to replay but the lengths
+        return
+    assert config.router.program == "trace" and config.workload.tag_traces
+    body = request_body(lengths, 1, 2, routing)  # session 9
+    on_small = [tuple(d) for d in config.router.params["traces"][9][0]]
+    steps = _twin.schedule_steps(body["routing_extra"]["schedule"])
+    assert on_small == [(s.destination, s.kept) for s in steps if s.model == 0] and len(on_small) > 10
