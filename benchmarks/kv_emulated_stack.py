@@ -21,6 +21,7 @@ of.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -93,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     cells = []
     for row in grid["cells"]:
-        measured, cell = row["throughput_tok_s"], {"key": row["key"], "measured_tok_s": row["throughput_tok_s"]}
+        measured = row["throughput_tok_s"]
+        cell = {"key": row["key"], "measured_tok_s": measured}
         for name, costs, window in SIMULATORS:
             cell[f"{name}_tok_s"] = predicted = predict(row, stack if costs else None, profiles, lengths, window)
             cell[f"measured_over_{name}"] = measured / predicted
@@ -111,15 +113,23 @@ def replay_sent(config: SimConfig, cell: GridCell, lengths: Lengths) -> SimConfi
     """``config`` sending the requests the bench sent (``trserve/bench/requests.py`` ``request_body``: client i's
     k-th request, all N first ones at t = 0, later ones in k-major order): their lengths and, routed, their routing
     schedules replayed (trace replay, as the server's ``schedule`` router follows them: no P for the policy)."""
-    routing = None if cell.system == "llm-only" else (ROUTINGS[cell.routing]["P"], ROUTINGS[cell.routing]["C"])
-    bodies = [request_body(lengths, i, k, routing) for k in range(WINDOW_REQUESTS_PER_CLIENT)
-              for i in range(cell.concurrency)]  # fmt: skip
-    if routing is None:
-        pairs = LengthPairs(tuple((len(b["prompt"]), b["max_tokens"]) for b in bodies))
-        return replace(config, workload=replace(config.workload, pairs=pairs))
-    traces = [RequestTrace(f"{k}", schedule_steps(b["routing_extra"]["schedule"]), len(b["prompt"]), b["max_tokens"])
-              for k, b in enumerate(bodies)]  # fmt: skip
-    return with_traces(config, traces)
+    sent = sent_requests(cell.routing, cell.concurrency, cell.system != "llm-only", lengths)
+    if isinstance(sent, LengthPairs):
+        return replace(config, workload=replace(config.workload, pairs=sent))
+    return with_traces(config, sent)
+
+
+@functools.cache
+def sent_requests(routing: str, concurrency: int, routed: bool, lengths: Lengths) -> LengthPairs | list[RequestTrace]:
+    """The bench's requests for :func:`replay_sent`, drawn once per routing and N (every policy and memory of a
+    cell's row, with and without the stack's costs, sends the same): their lengths, or routed their traces."""
+    schedule = (ROUTINGS[routing]["P"], ROUTINGS[routing]["C"]) if routed else None
+    bodies = [request_body(lengths, i, k, schedule) for k in range(WINDOW_REQUESTS_PER_CLIENT)
+              for i in range(concurrency)]  # fmt: skip
+    if schedule is None:
+        return LengthPairs(tuple((len(b["prompt"]), b["max_tokens"]) for b in bodies))
+    return [RequestTrace(f"{k}", schedule_steps(b["routing_extra"]["schedule"]), len(b["prompt"]), b["max_tokens"])
+            for k, b in enumerate(bodies)]  # fmt: skip
 
 
 def schedule_steps(schedule: list[list[Any]], entry: int = 0) -> tuple[TraceStep, ...]:

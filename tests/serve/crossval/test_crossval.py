@@ -11,7 +11,7 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from tests.serve.synthetic_profiles import write_profiles as _write_profiles
+from tests.serve.synthetic_profiles import by_hand, write_profiles
 from tokenrouter.commands.crossval import crossval
 from trserve.crossval.plan import default_routers, make_plan, threshold_vectors
 from trserve.crossval.report import add_errors, summarize
@@ -81,7 +81,7 @@ def test_tiny_grid_end_to_end_on_the_local_pair(tmp_path, prepared_pair):
             "server": {"max_active_requests": 8}}  # fmt: skip
     config = tmp_path / "serve.yaml"
     config.write_text(yaml.safe_dump(data))
-    _write_profiles(tmp_path / "profiles", ["small", "large"])
+    write_profiles(tmp_path / "profiles", ["small", "large"])
     out = tmp_path / "out"
     args = ["--config", str(config), "--concurrency", "2", "--thresholds", "1,1;2,1", "--max-tokens", "8",
             "--warmup-s", "0.5", "--measure-s", "2", "--repeats", "2", "--sim-s", "5", "--drift", "report",
@@ -131,10 +131,9 @@ def _check_breakdown_adds_up(parts, side, probed_delivery_ms):
         assert mean["delivery"] == pytest.approx(probed_delivery_ms), side
 
 
-# The synthetic profiles by hand (_write_profiles): model k steps a batch of b at `context` tokens each in
-# 0.02 (k + 1) + 0.002 b + 2e-6 b context seconds.
 def _profile_table(model, context, cap):
-    return [0.02 * (model + 1) + 0.002 * b + 2e-6 * b * context for b in range(1, cap + 1)]
+    """The synthetic profiles' step times by hand (``by_hand``) for batches 1 .. ``cap`` at ``context``."""
+    return [by_hand(model, b, context) for b in range(1, cap + 1)]
 
 
 def _check_predicted_from_repeat_0(doc, name, traces_path):

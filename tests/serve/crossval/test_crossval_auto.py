@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.serve.synthetic_profiles import write_profiles as _write_profiles
+from tests.serve.synthetic_profiles import by_hand, write_profiles
 
 
 def _auto_config(tmp_path, traces_path, concurrency=4, min_gain=0.0, **router):
@@ -26,7 +26,7 @@ def test_auto_thresholds_come_from_profiles_and_traces_via_the_optimizer(tmp_pat
     from trserve.server.thresholds import profile_latency, resolve_thresholds
     from trsim.profile import load_profile
 
-    _write_profiles(tmp_path / hardware_tag(), ["small", "large"])
+    write_profiles(tmp_path / hardware_tag(), ["small", "large"])
     # 8 requests of a stationary-like pattern: 3 steps on the small model, one (dropped token) on the large one.
     steps = [[0, 0, 1], [0, 0, 1], [0, 1, 0], [1, 0, 1]] * 3
     traces = tmp_path / "traces.jsonl"
@@ -52,7 +52,7 @@ def test_auto_thresholds_use_the_router_matrices_without_traces_and_name_missing
     from trserve.hardware import hardware_tag
     from trserve.server.thresholds import resolve_thresholds
 
-    _write_profiles(tmp_path / hardware_tag(), ["small", "large"])
+    write_profiles(tmp_path / hardware_tag(), ["small", "large"])
     markov = {"router": {"program": "markov", "params": {"P": [[0.5, 0.5], [1, 0]], "C": [[1, 0], [1, 0]]}}}
     assert len(resolve_thresholds(_auto_config(tmp_path, None, concurrency=2, **markov))) == 2
     with pytest.raises(ConfigError, match="routing_traces"):
@@ -67,14 +67,14 @@ def test_rescaling_to_observed_step_times_matches_a_hand_computed_throughput(tmp
     from trserve.crossval.diagnose import add_rescaled_predictions
     from trserve.crossval.predict import load_calibration
 
-    _write_profiles(tmp_path / "profiles", ["small", "large"])
+    write_profiles(tmp_path / "profiles", ["small", "large"])
     calibration = load_calibration(tmp_path / "profiles", ["small", "large"])
     # One request at a time, alternating small, large, small, ...: every step commits one token.
     steps = (TraceStep(0, 1, True), TraceStep(1, 0, True)) * 15
     traces = [RequestTrace(f"r{k}", steps, 20, 30) for k in range(6)]
     stats = estimate_routing_stats(traces, 2, entry_model=0)
     # The synthetic profiles by hand at batch 1, 30 tokens of context: a_k + b + c * 30.
-    lat = [0.02 * (k + 1) + 0.002 + 2e-6 * 30 for k in range(2)]
+    lat = [by_hand(k, 1, 30) for k in range(2)]
     slow = (2.0, 1.5)  # "the machine was busier than at calibration"
     measured = 2 / (slow[0] * lat[0] + slow[1] * lat[1])  # two tokens per small + large visit
     steps_seen = [{"num_steps": 10, "mean_batch": 1.0, "mean_step_s": f * t, "busy_fraction": 0.5}

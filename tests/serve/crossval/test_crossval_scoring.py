@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.serve.synthetic_profiles import write_profiles as _write_profiles
+from tests.serve.synthetic_profiles import by_hand, write_profiles
 from trserve.crossval.plan import default_routers, make_plan
 from trserve.crossval.report import summarize
 
@@ -70,10 +70,9 @@ def test_drift_ratios_from_decode_steps_and_what_each_mode_does(tmp_path):
     from trserve.crossval.predict import load_calibration
     from trserve.server.drift import decide
 
-    _write_profiles(tmp_path / "profiles", ["small", "large"])
+    write_profiles(tmp_path / "profiles", ["small", "large"])
     calibration = load_calibration(tmp_path / "profiles", ["small", "large"])
-    by_hand = {(k, b): 0.02 * (k + 1) + 0.002 * b + 2e-6 * b * 50 for k in range(2) for b in (1, 2, 4)}
-    steps = [StepRecord(0.0, k, b, f * by_hand[k, b], b) for k, f in ((0, 1.2), (1, 0.8)) for b in (1, 2, 4)]
+    steps = [StepRecord(0.0, k, b, f * by_hand(k, b, 50), b) for k, f in ((0, 1.2), (1, 0.8)) for b in (1, 2, 4)]
     steps.append(StepRecord(0.0, 0, 2, 10.0, 70))  # a prefill step: not a decode step, left out
     measured = step_ratios(steps, calibration, 50, 2)
     ratios, per_batch, counts = measured.ratios, measured.per_batch, measured.num_steps
@@ -104,7 +103,7 @@ def test_predictions_come_from_the_input_repeat_and_are_scored_on_the_others(tmp
     from trserve.crossval.report import markdown_table
     from trserve.crossval.scoring import input_runs, predict_cells
 
-    _write_profiles(tmp_path / "profiles", ["small", "large"])
+    write_profiles(tmp_path / "profiles", ["small", "large"])
     calibration = load_calibration(tmp_path / "profiles", ["small", "large"])
     cfg = ServeConfig.model_validate({"models": [{"name": "small", "path": "x"}, {"name": "large", "path": "y"}]})
     plan = make_plan(2, [2], default_routers()[:1], [(1, 1)], repeats=3, max_tokens=8, measure_s=10.0)
