@@ -18,13 +18,18 @@ class RoutingProgram:
 
     Subclasses implement :meth:`route`; :meth:`send` and :meth:`receive` have defaults that move exactly the
     tokens the peer has not seen and commit them all. One instance serves one model; per-request state a
-    program needs on several models travels in ``Request.extra`` (copied into ``PeerReq.extra``).
+    program needs on several models travels in ``Request.extra`` (copied into ``PeerReq.extra``). Keys a request
+    brings that the program only reads (:attr:`fixed_extra_keys`) travel once, with the request's spec, to a model
+    that has never seen it; every other key travels with every hand-off.
     """
 
     #: Registry name; set by :func:`register_program`.
     name: ClassVar[str] = ""
     #: Signals :meth:`route` reads from the step result (an instance may narrow or widen it, e.g. by model).
     required_signals: frozenset[str] = frozenset({"token_ids"})
+    #: Keys of ``Request.extra`` that the request brings and no model changes (e.g. a whole routing schedule):
+    #: a model that has the request keeps its own copy, so hand-offs to it and step reports leave them out.
+    fixed_extra_keys: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, model: int, num_models: int) -> None:
         if not 0 <= model < num_models:
@@ -53,8 +58,15 @@ class RoutingProgram:
             self.model,
             request.spec if start == 0 else None,
             False,
-            dict(request.extra),
+            dict(request.extra) if start == 0 else self.moving_extra(request),
         )
+
+    def moving_extra(self, request: Request) -> dict[str, Any]:
+        """The part of ``request.extra`` that can change on its way: all of it but :attr:`fixed_extra_keys`."""
+        fixed = self.fixed_extra_keys
+        if not fixed:
+            return dict(request.extra)
+        return {key: value for key, value in request.extra.items() if key not in fixed}
 
     def receive(self, request: Request, peer_req: PeerReq) -> None:
         """Apply a hand-off to this model's record of the request: commit all transferred tokens."""

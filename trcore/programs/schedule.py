@@ -28,7 +28,10 @@ STEP_KEY = "schedule_step"
 
 @register_program("schedule")
 class ScheduleProgram(RoutingProgram):
-    """Parameters: ``handoff_prob`` (default for requests that bring none) and ``seed``."""
+    """Parameters: ``handoff_prob`` (default for requests that bring none) and ``seed``. A request's schedule,
+    probability and key travel only to a model that has not seen it; its step index travels with every hand-off."""
+
+    fixed_extra_keys = frozenset({"schedule", "handoff_prob", "decision_key"})
 
     def __init__(self, model: int, num_models: int, handoff_prob: float = 0.0, seed: int = 0) -> None:
         super().__init__(model, num_models)

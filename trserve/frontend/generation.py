@@ -119,8 +119,8 @@ class Generation:
             max_tokens=self.spec.max_tokens - n,
             min_tokens=max(0, self.spec.min_tokens - n),
         )
-        model, extra = self.routes.get(n, (entry, dict(self.extra)))
-        extra, self.routes = {**extra, INCARNATION: self.incarnation}, {}
+        model, moving = self.routes.get(n, (entry, {}))  # a route's state leaves out what the request brought
+        extra, self.routes = {**self.extra, **moving, INCARNATION: self.incarnation}, {}
         ids = (*self.prompt_token_ids, *self.output)
         return model, PeerReq(self.request_id, 0, ids, (0,) * num_models, CLIENT, spec=spec, extra=extra)
 

@@ -213,7 +213,7 @@ class SubserverLoop:
                   "step_s": step_s, "host_gap_s": host_gap_s, "memory": memory_fields(self.sub.memory),
                   **emulated_fields(self.engine)}  # fmt: skip
         finished, counts["num_handoffs"] = self._hand_off(batch, handoffs)  # at once: a peer may be waiting
-        outcome = step_outcome(batch, outputs_before, handoffs, finished, failed)  # now: the requests change later
+        outcome = step_outcome(batch, outputs_before, handoffs, finished, failed, self.sub.program.moving_extra)
         self._pending = partial(self._report, outcome, counts)
         if not self.overlaps:
             self._publish_pending()

@@ -15,15 +15,20 @@ from trserve.engine.types import Engine, TokenOut
 from trserve.runtime.messages import Failed, Finished, Handoffs, Route, State, StepReport
 
 
-def resume_points(batch: Batch, handoffs: list[tuple[int, PeerReq]], done: set[str]) -> list[Route]:
-    """Where each live request of ``batch`` goes on after this step: ``(request_id, model, num_output, extra)``.
-    The front end keeps the latest, to resume the request on that model if a process dies."""
+def resume_points(
+    batch: Batch, handoffs: list[tuple[int, PeerReq]], done: set[str], state: Callable[[Request], dict[str, Any]]
+) -> list[Route]:
+    """Where each live request of ``batch`` goes on after this step: ``(request_id, model, num_output, extra)``,
+    ``extra`` being the routing state ``state`` gives (the program's :meth:`~trcore.RoutingProgram.moving_extra`:
+    what the request brought and no model changes, the front end has). The front end keeps the latest, to resume
+    the request on that model if a process dies."""
     moved = {msg.request_id: dest for dest, msg in handoffs if dest != CLIENT and not msg.is_finished}
-    return [
-        (r.request_id, moved.get(r.request_id, batch.model), r.num_output_tokens, dict(r.extra) if r.extra else None)
-        for r in batch.requests
-        if r.request_id not in done and not r.is_finished
-    ]
+    routes: list[Route] = []
+    for r in batch.requests:
+        if r.request_id not in done and not r.is_finished:
+            extra = state(r) if r.extra else None
+            routes.append((r.request_id, moved.get(r.request_id, batch.model), r.num_output_tokens, extra or None))
+    return routes
 
 
 def committed_tokens(batch: Batch, before: list[int], done: set[str]) -> list[tuple[str, int, tuple[int, ...]]]:
@@ -51,11 +56,11 @@ def step_result(batch: Batch, outs: dict[str, TokenOut]) -> StepResult:
 
 def step_outcome(
     batch: Batch, before: list[int], handoffs: list[tuple[int, PeerReq]], finished: list[Finished],
-    failed: dict[str, str],
+    failed: dict[str, str], state: Callable[[Request], dict[str, Any]],
 ) -> dict[str, Any]:  # fmt: skip
     """What a completed step of ``batch`` produced, as :class:`StepReport` fields, copied when it completes: the
     tokens it committed past ``before`` (each request's output length at launch), the requests it finished or
-    failed, and where the others go on. A report sent later, while the next step runs, must not see what changed
+    failed, and where the others go on (with the routing state ``state`` gives, :func:`resume_points`). A report sent later, while the next step runs, must not see what changed
     the requests meanwhile (a peer handing one back, the next step's routing decisions)."""
     done = {f.request_id for f in finished} | set(failed)
     return {
@@ -65,7 +70,7 @@ def step_outcome(
         "tokens": committed_tokens(batch, before, done),
         "finished": finished,
         "failed": [Failed(rid, message) for rid, message in failed.items()],
-        "routes": resume_points(batch, handoffs, done),
+        "routes": resume_points(batch, handoffs, done, state),
     }
 
 

@@ -161,6 +161,27 @@ def test_a_finish_that_overtakes_a_peers_report_waits_for_it(tmp_path):
     asyncio.run(scenario())
 
 
+def test_a_resume_point_without_the_schedule_resumes_with_the_requests_own(tmp_path):
+    """Step reports leave out what a request brought and no model changes (its schedule): the resumed request
+    gets it back from the front end's copy, with the route's step index."""
+
+    async def scenario() -> None:
+        b = Bench(tmp_path)
+        schedule = [[1, True], [0, True], [1, True], [0, True]]
+        gen = b.submit("a", [1, 2], max_tokens=6, extra={"schedule": schedule})
+        b.received(0)
+        b.fe.handle(report(0, tokens=[("a", 0, (7,))], routes=[("a", 1, 1, {"schedule_step": 1})]))
+        b.recovery.model_down(1, "restarting", restarting=True)
+        b.fe.handle(report(0, failed=[Failed("a", "stale: the old incarnation")]))
+        b.recovery.model_up(1)
+        [resumed] = [m for m in b.received(1) if m.request_id == "a"]
+        assert resumed.extra["schedule"] == schedule and resumed.extra["schedule_step"] == 1
+        assert resumed.token_ids == (1, 2, 7) and gen.output == [7]
+        b.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_request_complete_before_the_crash_finishes_on_resume(tmp_path):
     async def scenario() -> None:
         b = Bench(tmp_path)
