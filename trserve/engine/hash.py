@@ -3,6 +3,8 @@
 It writes no language: the next token is a hash of (model, everything the request fed this model), so it has a
 real per-request cache built only from the suffixes it is fed, exactly like a KV cache. A wrong anchor or a lost
 hand-off therefore shows up as different tokens. Routing signals (top-k, entropy) are derived from the same hash.
+The hash is chained token by token, so the engine extends a request's digest by what it is fed (constant work
+per token, however long the context) and :func:`hash_next` folds a whole sequence to the same digest.
 """
 
 from __future__ import annotations
@@ -18,9 +20,25 @@ from trserve.engine.types import StepItem, TokenOut
 TOKEN_RANGE = (200, 10_000)
 
 
+def start_digest(model: int) -> bytes:
+    """Model ``model``'s digest of the empty sequence."""
+    return hashlib.blake2b(f"tokenrouter-hash-engine:{model}".encode(), digest_size=16).digest()
+
+
+def extend_digest(digest: bytes, token_ids: Sequence[int]) -> bytes:
+    """The digest of a sequence whose digest was ``digest``, with ``token_ids`` appended."""
+    for token in token_ids:
+        digest = hashlib.blake2b(digest + token.to_bytes(8, "little", signed=True), digest_size=16).digest()
+    return digest
+
+
 def hash_next(model: int, seq: Sequence[int]) -> TokenOut:
     """Model ``model``'s (greedy) next token after the sequence ``seq``, with top-2 logprobs and entropy."""
-    digest = hashlib.blake2b(repr((model, list(seq))).encode(), digest_size=16).digest()
+    return next_from_digest(extend_digest(start_digest(model), seq))
+
+
+def next_from_digest(digest: bytes) -> TokenOut:
+    """The next token (and its signals) of the sequence whose digest is ``digest``."""
     lo, hi = TOKEN_RANGE
     token = lo + int.from_bytes(digest[:4], "little") % (hi - lo)
     runner_up = lo + int.from_bytes(digest[4:8], "little") % (hi - lo)
@@ -43,25 +61,28 @@ class HashEngine:
         self.step_s = step_s
         self.capacity_tokens = capacity_tokens
         self.kv: dict[str, list[int]] = {}
+        self._digests: dict[str, bytes] = {}
 
     def step(self, items: Sequence[StepItem]) -> list[TokenOut]:
         if self.step_s:
             time.sleep(self.step_s)
-        outs = []
-        for item in items:
-            cache = self.kv.setdefault(item.request_id, [])
-            cache.extend(item.new_token_ids)
-            outs.append(self._next(cache))
-        return outs
+        return [self._next(item.request_id, item.new_token_ids) for item in items]
 
-    def _next(self, cache: list[int]) -> TokenOut:
-        return hash_next(self.model, cache)
+    def _next(self, request_id: str, new_token_ids: Sequence[int]) -> TokenOut:
+        """Feed ``new_token_ids`` to the request's cache; its next token."""
+        cache = self.kv.setdefault(request_id, [])
+        cache.extend(new_token_ids)
+        digest = self._digests.get(request_id) or start_digest(self.model)
+        digest = self._digests[request_id] = extend_digest(digest, new_token_ids)
+        return next_from_digest(digest)
 
     def release(self, request_id: str) -> None:
         self.kv.pop(request_id, None)
+        self._digests.pop(request_id, None)
 
     def kv_usage(self) -> float:
         return sum(len(c) for c in self.kv.values()) / self.capacity_tokens
 
     def close(self) -> None:
         self.kv.clear()
+        self._digests.clear()
