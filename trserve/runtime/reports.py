@@ -60,8 +60,9 @@ def step_outcome(
 ) -> dict[str, Any]:  # fmt: skip
     """What a completed step of ``batch`` produced, as :class:`StepReport` fields, copied when it completes: the
     tokens it committed past ``before`` (each request's output length at launch), the requests it finished or
-    failed, and where the others go on (with the routing state ``state`` gives, :func:`resume_points`). A report sent later, while the next step runs, must not see what changed
-    the requests meanwhile (a peer handing one back, the next step's routing decisions)."""
+    failed, and where the others go on (with the routing state ``state`` gives, :func:`resume_points`). A report
+    sent later, while the next step runs, must not see what changed the requests meanwhile (a peer handing one
+    back, the next step's routing decisions)."""
     done = {f.request_id for f in finished} | set(failed)
     return {
         "model": batch.model,
