@@ -19,16 +19,16 @@ def resume_points(
     batch: Batch, handoffs: list[tuple[int, PeerReq]], done: set[str], state: Callable[[Request], dict[str, Any]]
 ) -> list[Route]:
     """Where each live request of ``batch`` goes on after this step: ``(request_id, model, num_output, extra)``,
-    ``extra`` being the routing state ``state`` gives (the program's :meth:`~trcore.RoutingProgram.moving_extra`:
-    what the request brought and no model changes, the front end has). The front end keeps the latest, to resume
-    the request on that model if a process dies."""
+    ``extra`` being its routing state as ``state`` gives it (the program's
+    :meth:`~trcore.RoutingProgram.moving_extra`, which leaves out what the request brought and no model changes:
+    the front end keeps its own copy of that). The front end keeps the latest, to resume the request on that model
+    if a process dies."""
     moved = {msg.request_id: dest for dest, msg in handoffs if dest != CLIENT and not msg.is_finished}
-    routes: list[Route] = []
-    for r in batch.requests:
-        if r.request_id not in done and not r.is_finished:
-            extra = state(r) if r.extra else None
-            routes.append((r.request_id, moved.get(r.request_id, batch.model), r.num_output_tokens, extra or None))
-    return routes
+    return [
+        (r.request_id, moved.get(r.request_id, batch.model), r.num_output_tokens, state(r) or None)
+        for r in batch.requests
+        if r.request_id not in done and not r.is_finished
+    ]
 
 
 def committed_tokens(batch: Batch, before: list[int], done: set[str]) -> list[tuple[str, int, tuple[int, ...]]]:
