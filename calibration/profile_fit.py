@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,8 +18,9 @@ def fit_all(samples: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
     """Fit every FIT_MODELS model (those the samples determine), best MAPE first; also says which fitter ran."""
     try:
         from trsim.fit import LatencySample, fit_latency_model
-    except ImportError:  # no scipy on this machine
-        fits, fitter = [numpy_fit(name, samples) for name in FIT_MODELS], "numpy fallback (no scipy)"
+    except ImportError:  # no scipy (or no simpy, which the trsim package imports) on this machine
+        fitter = "numpy fallback (trsim.fit needs scipy and simpy)"
+        fits = [numpy_fit(name, samples) for name in FIT_MODELS]
     else:
         typed = [LatencySample(**s) for s in samples]
         fits, fitter = [_trsim_fit(fit_latency_model, name, typed) for name in FIT_MODELS], "trsim.fit"
@@ -38,8 +41,7 @@ def _trsim_fit(fit_latency_model: Callable[..., Any], name: str, samples: list[A
 def numpy_fit(name: str, samples: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Least squares on relative error with non-negative coefficients (as ``trsim.fit``): terms that come
     out negative are dropped one at a time and the rest refitted."""
-    from trsim.latency import latency_model_class
-
+    latency_model_class = _latency_module().latency_model_class
     features = latency_model_class(name).features  # type: ignore[attr-defined]
     y = np.array([s["latency_s"] for s in samples])
     x = np.array([features(s["batch_size"], s["context_tokens"], s["extend_tokens"]) for s in samples]) / y[:, None]
@@ -58,3 +60,17 @@ def numpy_fit(name: str, samples: list[dict[str, Any]]) -> dict[str, Any] | None
     names = latency_model_class(name).coefficient_names
     mape = float(np.mean(np.abs(x @ coef - 1.0)))
     return {"model": name, "coefficients": dict(zip(names, map(float, coef), strict=True)), "mape": mape}
+
+
+def _latency_module() -> Any:
+    """``trsim.latency``; loaded from its file when the ``trsim`` package cannot be imported (its
+    ``__init__`` needs simpy and pydantic, which a GPU machine may lack; the module itself needs only trcore)."""
+    try:
+        import trsim.latency as module
+    except ImportError:
+        path = Path(__file__).resolve().parents[1] / "trsim" / "latency.py"
+        spec = importlib.util.spec_from_file_location("_trsim_latency", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return module
