@@ -103,9 +103,9 @@ class Simulation(MemoryDriving, ThresholdDriving, ResultReporting):
     def now_s(self) -> float:
         return self.env.now / TICKS_PER_S
 
-    def submit(self, message: PeerReq, now: float) -> None:
-        """A client request arrives at the entry model."""
-        self._arrivals[message.request_id] = now
+    def submit(self, message: PeerReq, now: float, arrived: float | None = None) -> None:
+        """A client request reaches the entry model; its latencies count from ``arrived`` (default ``now``)."""
+        self._arrivals[message.request_id] = now if arrived is None else arrived
         table, entry = self.table, self.config.entry_model
         if table.has_replicas:
             pins = table.pin([sub.num_ready + n for sub, n in zip(self.subservers, self.pinned, strict=True)])

@@ -56,7 +56,7 @@ class ResultReporting:
             measured_s=(end - tick0) / TICKS_PER_S,
             simulated_s=end / TICKS_PER_S,
             wall_s=wall_s,
-            num_unfinished=self.num_active,
+            num_unfinished=self.num_active + self.workload.num_held,
             ticks_per_s=TICKS_PER_S,
         )
         if self.table.has_replicas:  # steps per (model, replica), in process order

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from trcore import ConfigError, policies_for
+from trcore import ConfigError
 from trcore.throughput import ThroughputModel
 from trsim.build import markov_config
 from trsim.driver import simulate
@@ -24,9 +24,10 @@ from trsim.parallel import JobRunner, LocalRunner, run_jobs
 from trsim.placement import Placement, kv_capacities, kv_capacity_tokens, placements
 from trsim.plan_alone import Search, beside_routed
 from trsim.plan_inputs import MeasuredProfile, plan_models, with_stack
-from trsim.plan_memory import batch_cap, confirm_memory_bound, fits_closed_loop, mean_lengths, memory_bound
+from trsim.plan_memory import confirm_memory_bound, fits_closed_loop, mean_lengths, memory_bound
+from trsim.plan_open import max_rate, workload_of
 from trsim.roofline import RooflineModel
-from trsim.workload import ENDLESS, WorkloadConfig, preset
+from trsim.workload import ENDLESS, WorkloadConfig
 
 ASSUMPTIONS = (
     "replicas are equal across models (one replica of each per pipeline; mixed pipelines are not searched); "
@@ -37,8 +38,9 @@ ASSUMPTIONS = (
     "per pipeline, the simulator beyond; thresholds above 1 only when they gain more than min_gain",
     "open loop: the preset's lengths, thresholds of 1 (no delayed batching); a pipeline batches at most the "
     "requests that fit resident on every model they visit (the memory bound below, at most 256; the rest "
-    "wait); each rate runs open_run_s simulated seconds from empty; only the "
-    "open_loop_top most promising pipelines are bisected",
+    "wait); the server admits at most max_active requests (split over its pipelines; later arrivals wait for a "
+    "slot, their latencies counted from arrival); each rate runs open_run_s simulated seconds from empty; only "
+    "the open_loop_top most promising pipelines are bisected",
     "memory: a request holds KV on every model it visits; closed-loop points whose endless requests of "
     "context_tokens do not fit are skipped; memory_bound is the most requests of the preset's lengths that fit "
     "(mean resident footprint prompt + E[L^2] / (2 E[L]), with a margin of 1.645 standard deviations of the "
@@ -82,12 +84,17 @@ class PlanConfig:
     profiles: tuple[MeasuredProfile, ...] = ()
     #: The serving stack's costs added to the planner's simulator runs (``plan_inputs.STACK_FIELDS``).
     stack: Mapping[str, Any] = field(default_factory=dict)
+    #: The server's admission limit (``server.max_active_requests``, its default 64); None: no limit.
+    max_active: int | None = 64
 
     def __post_init__(self) -> None:
         if len(self.P) != len(self.models) or any(len(t) != len(self.models) for t in self.thresholds):
             raise ConfigError("--models", f"{len(self.models)} models but P and thresholds are for {len(self.P)}")
         if self.slo_tpot_ms is None and self.slo_ttft_ms is None:
             raise ConfigError("--slo-tpot-ms", "open loop needs a TPOT or a TTFT target")
+        if self.max_active is not None and self.max_active < 1:
+            raise ConfigError("--max-active-requests", f"must be >= 1 (0 on the command line: no limit), got "
+                              f"{self.max_active}")  # fmt: skip
 
 
 def feasible(cfg: PlanConfig) -> list[Placement]:
@@ -118,7 +125,7 @@ def closed_loop(cfg: PlanConfig, placement: Placement) -> dict[str, Any]:
                 tok_s, how = _pipeline_throughput(cfg, models, n, b)
                 points.append({"concurrency": total, "thresholds": list(b), "evaluator": how,
                                "throughput_tok_s": tok_s * placement.replicas})  # fmt: skip
-    bound = memory_bound(cfg, placement.replicas, models, caps, _workload(cfg), _pipeline_throughput)
+    bound = memory_bound(cfg, placement.replicas, models, caps, workload_of(cfg), _pipeline_throughput)
     return {"placement": placement, "kv_capacity_tokens": capacity, "memory_bound": bound, "points": points}
 
 
@@ -145,53 +152,6 @@ def confirm(cfg: PlanConfig, row: dict[str, Any]) -> float:
     models = plan_models(p, cfg.hardware, cfg.models, cfg.dtype, cfg.profiles)
     longer = replace(cfg, seed=cfg.seed + 1, sim_tokens=2 * cfg.sim_tokens)
     return _simulated_tok_s(longer, models, row["concurrency"] // p.replicas, row["thresholds"]) * p.replicas
-
-
-def max_rate(cfg: PlanConfig, placement: Placement, guess_rps: float) -> dict[str, Any]:
-    """Highest Poisson rate (requests/s, whole system) meeting the SLO, by bisection on one pipeline, starting
-    from ``guess_rps`` (closed-loop throughput over the mean output length)."""
-    models = plan_models(placement, cfg.hardware, cfg.models, cfg.dtype, cfg.profiles)
-    caps = _batch_caps(cfg, placement, models)
-    lo, hi, best = 0.0, max(guess_rps / placement.replicas, 1e-3), None
-    for _ in range(3):  # bracket: raise the guess by half while it still meets the SLO
-        probe = _open_run(cfg, models, caps, hi)
-        if not probe["meets_slo"]:
-            break
-        lo, best, hi = hi, probe, hi * 1.5
-    for _ in range(cfg.bisection_steps):
-        probe = _open_run(cfg, models, caps, (lo + hi) / 2)
-        lo, hi, best = (probe["rate_rps"], hi, probe) if probe["meets_slo"] else (lo, probe["rate_rps"], best)
-    r = placement.replicas
-    return {"max_rate_rps": lo * r, "rate_bracket_rps": [lo * r, hi * r], "at_max": best, "max_batch": list(caps)}
-
-
-def _batch_caps(cfg: PlanConfig, placement: Placement, models: list[RooflineModel]) -> tuple[int, ...]:
-    """Requests a pipeline can hold at once: as many as fit resident on every model they visit, at most 256."""
-    cap = batch_cap(cfg, kv_capacities(placement, models), _workload(cfg))
-    return (cap,) * len(models)
-
-
-def _open_run(cfg: PlanConfig, models: list[RooflineModel], caps: tuple[int, ...], rate: float) -> dict[str, Any]:
-    workload = replace(_workload(cfg), arrival="poisson", rate_per_s=rate, num_sessions=None)
-    config = markov_config(cfg.P, cfg.C, models, [1] * len(models), 1, workload, seed=cfg.seed)
-    config = with_stack(replace(config, policies=policies_for([1] * len(models), max_batch=list(caps))), cfg.stack)
-    result = simulate(config, time_s=cfg.open_run_s)
-    tpot, ttft, wait = result.tpot_p99_s, result.ttft_p99_s, result.latency_p90_s
-    # Little's law: a stable system holds about rate x latency requests; a growing backlog means overload
-    stable = wait is not None and result.num_unfinished <= 1.5 * rate * wait + 8
-    ok = stable and tpot is not None and ttft is not None
-    ok = ok and (cfg.slo_tpot_ms is None or tpot * 1e3 <= cfg.slo_tpot_ms)  # type: ignore[operator]
-    ok = ok and (cfg.slo_ttft_ms is None or ttft * 1e3 <= cfg.slo_ttft_ms)  # type: ignore[operator]
-    return {"rate_rps": rate, "tpot_p99_ms": _ms(tpot), "ttft_p99_ms": _ms(ttft), "num_finished": result.num_finished,
-            "num_unfinished": result.num_unfinished, "meets_slo": bool(ok)}  # fmt: skip
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else seconds * 1e3
-
-
-def _workload(cfg: PlanConfig) -> WorkloadConfig:
-    return preset(cfg.workload) if isinstance(cfg.workload, str) else cfg.workload
 
 
 def _map(fn: Callable[..., Any], args: list[tuple[Any, ...]], runner: JobRunner, tick: Callable[[], None]) -> list[Any]:
@@ -236,7 +196,7 @@ def _open_loop(cfg: PlanConfig, ranked: list[dict[str, Any]], runner: JobRunner,
     """Bisect the Poisson capacity of the ``open_loop_top`` most promising pipelines and give it, times the
     replicas, to every placement built of them. Promise: one pipeline's best closed-loop throughput times the
     replicas that fit on the node (capacity grows with replicas; at a fixed N it does not)."""
-    tokens = mean_lengths(_workload(cfg), cfg.seed)[1]
+    tokens = mean_lengths(workload_of(cfg), cfg.seed)[1]
     singles = [r for r in ranked if r["placement"].replicas == 1]
     fits = {id(r): cfg.num_gpus // r["placement"].gpus_per_pipeline for r in singles}
     singles.sort(key=lambda r: -r["throughput_tok_s"] * fits[id(r)])

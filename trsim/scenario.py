@@ -92,6 +92,7 @@ class WorkloadSpec(_Strict):
     turn_prompt_tokens: Length | None = None
     think_time_s: float | None = Field(default=None, ge=0)
     prefix_cache: bool | None = None
+    max_active: int | None = Field(default=None, ge=1)  # open loop: the server's admission limit
 
 
 class RunSpec(_Strict):
@@ -261,6 +262,7 @@ def _workload(spec: WorkloadSpec, base: Path) -> WorkloadConfig:
         "turn_prompt_tokens": _length(spec.turn_prompt_tokens, "workload.turn_prompt_tokens"),
         "think_time_s": spec.think_time_s,
         "prefix_cache": spec.prefix_cache,
+        "max_active": spec.max_active,
         "pairs": read_length_pairs(base / spec.lengths_file) if spec.lengths_file else None,
     }
     return replace(config, **{k: v for k, v in overrides.items() if v is not None})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
@@ -43,6 +44,9 @@ class WorkloadConfig:
       first request's drawn output, so requests end, and their successors start, spread over a lifetime: the
       steady state's mix of young and old requests instead of a synchronized wave (crossval's real client does
       the same).
+    * ``max_active`` (open loop): at most this many requests in flight, as a server's admission limit
+      (``server.max_active_requests``) holds them; later arrivals wait in arrival order for a slot, and their
+      TTFT and end-to-end latency count from their arrival. None: every arrival is admitted at once.
     """
 
     arrival: Literal["closed", "poisson", "trace"] = "closed"
@@ -59,6 +63,7 @@ class WorkloadConfig:
     prefix_cache: bool = True
     tag_traces: bool = False
     staggered_start: bool = False
+    max_active: int | None = None
 
     def __post_init__(self) -> None:
         positive = {"concurrency": self.concurrency, "rate_per_s": self.rate_per_s, "turns": self.turns}
@@ -69,6 +74,9 @@ class WorkloadConfig:
             raise ConfigError("workload.num_sessions", f"must be >= 1, got {self.num_sessions}")
         if self.think_time_s < 0:
             raise ConfigError("workload.think_time_s", f"must be >= 0, got {self.think_time_s}")
+        if self.max_active is not None and (self.max_active < 1 or self.arrival == "closed"):
+            raise ConfigError("workload.max_active", "an open loop's admission limit, >= 1 (a closed loop's is its "
+                              f"concurrency); got {self.max_active} with arrival {self.arrival!r}")  # fmt: skip
         if self.tag_traces and self.pairs is None:
             raise ConfigError("workload.tag_traces", "needs length pairs taken from the traces")
         if self.arrival == "trace":  # stored as a tuple of floats, so the config stays hashable
@@ -140,7 +148,7 @@ class Submitter(Protocol):
 
     env: simpy.Environment
 
-    def submit(self, message: PeerReq, now: float) -> None: ...
+    def submit(self, message: PeerReq, now: float, arrived: float | None = None) -> None: ...
 
     def now_s(self) -> float: ...
 
@@ -163,6 +171,13 @@ class WorkloadRunner:
         self.rng = rng
         self.num_started = 0
         self._sessions: dict[str, _Session] = {}
+        self._num_in_flight = 0
+        self._held: deque[tuple[PeerReq, float]] = deque()  # arrivals waiting for a slot (``max_active``)
+
+    @property
+    def num_held(self) -> int:
+        """Arrivals waiting for an admission slot (``max_active``)."""
+        return len(self._held)
 
     @property
     def is_exhausted(self) -> bool:
@@ -185,6 +200,10 @@ class WorkloadRunner:
     def on_finish(self, message: PeerReq, now: float) -> None:
         """A request finished: start the session's next turn, or (closed loop) a new session."""
         session = self._sessions.pop(message.request_id)
+        self._num_in_flight -= 1
+        if self._held:
+            held, arrived = self._held.popleft()
+            self._admit(held, arrived)
         if session.turn + 1 < self.config.turns:
             session.turn += 1
             session.context_tokens = message.start + len(message.token_ids)
@@ -237,7 +256,16 @@ class WorkloadRunner:
         if extra:
             message = replace(message, extra=extra)
         self._sessions[rid] = session
-        self.driver.submit(message, spec.arrival_time)
+        self._admit(message, spec.arrival_time)
+
+    def _admit(self, message: PeerReq, arrived: float) -> None:
+        """Submit ``message`` (arrived at ``arrived``) now, or hold it while ``max_active`` are in flight."""
+        limit = self.config.max_active
+        if limit is not None and self._num_in_flight >= limit:
+            self._held.append((message, arrived))
+            return
+        self._num_in_flight += 1
+        self.driver.submit(message, self.driver.now_s(), arrived)
 
     def _after(self, delay_s: float, action: Callable[[], None]) -> None:
         if delay_s <= 0:

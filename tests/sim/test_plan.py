@@ -1,11 +1,13 @@
 """Placements and `tokenrouter plan` / `tokenrouter latency`: memory fit, decomposition, JSON, bad input."""
 
 import json
+from dataclasses import replace
 
 import pytest
 from typer.testing import CliRunner
 
 from tokenrouter.cli import app
+from trserve.config import ServerConfig
 from trsim.lengths import constant
 from trsim.placement import Placement, kv_capacity_tokens, latency_models, placements
 from trsim.plan import PlanConfig, closed_loop, feasible, max_rate
@@ -62,6 +64,20 @@ def test_max_rate_meets_the_slo_and_the_next_rate_up_does_not():
     assert found["at_max"]["rate_rps"] * 2 == pytest.approx(lo)  # two replicas, each at the bisected rate
 
 
+def test_the_servers_admission_limit_lowers_capacity_and_is_split_over_replicas():
+    # Each pipeline admits at most max_active // replicas requests; beyond them arrivals queue, so TTFT grows at
+    # rates the unlimited pipeline still meets.
+    short = WorkloadConfig(prompt_tokens=constant(32), output_tokens=constant(24))
+    cfg = PlanConfig("h100-sxm", 2, {"s": "Qwen3-0.6B", "l": "Qwen3-4B"}, P, C, workload=short, slo_tpot_ms=None,
+                     slo_ttft_ms=200.0, open_run_s=2.0, bisection_steps=3, max_active=None)  # fmt: skip
+    two = Placement((1, 1), 2, False)
+    free, capped = max_rate(cfg, two, guess_rps=20.0), max_rate(replace(cfg, max_active=4), two, guess_rps=20.0)
+    assert free["max_active_per_pipeline"] is None and capped["max_active_per_pipeline"] == 2
+    assert capped["max_rate_rps"] < free["max_rate_rps"]
+    served = ServerConfig().max_active_requests
+    assert PlanConfig("a100-80g", 8, R2R, P, C).max_active == served  # plans the server as it starts by default
+
+
 def test_latency_command_prints_step_ms_and_bound():
     result = run("latency", "--hardware", "a100-80g", "--shape", "DeepSeek-R1-Distill-Qwen-32B", "--tp", "1",
                  "--batch", "1", "--context", "1024", "--json")  # fmt: skip
@@ -94,6 +110,7 @@ def test_plan_writes_placements_best_json_and_plot(tmp_path):
         (["plan", "--gpus", "0"], "--gpus: must be >= 1"),
         (["plan", "--thresholds", "all"], "give explicit candidates"),
         (["plan", "--hardware", "cpu-2core"], "no 'bf16' peak"),
+        (["plan", "--max-active-requests", "-1"], "--max-active-requests: must be >= 1"),
         (["latency", "--hardware", "a100-80g", "--shape", "Qwen3-8B", "--batch", "0"], "--batch: must be >= 1"),
     ],
 )

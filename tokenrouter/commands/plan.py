@@ -71,6 +71,9 @@ def plan(
     workload: str = typer.Option("short-reasoning", "--workload", help="Preset for the open loop."),
     slo_tpot_ms: float = typer.Option(50.0, "--slo-tpot-ms", help="TPOT p99 target (0: none)."),
     slo_ttft_ms: float = typer.Option(2000.0, "--slo-ttft-ms", help="TTFT p99 target (0: none)."),
+    max_active: int = typer.Option(
+        64, "--max-active-requests", help="The server's admission limit, as the open loop admits (0: none)."
+    ),
     colocation: bool = typer.Option(True, "--colocation/--no-colocation", help="Also search co-located models."),
     open_loop_top: int = typer.Option(
         3, "--open-loop-top", help="Placements whose Poisson capacity is bisected (0: closed loop only)."
@@ -111,6 +114,7 @@ def plan(
         workload=workload,
         slo_tpot_ms=slo_tpot_ms or None,
         slo_ttft_ms=slo_ttft_ms or None,
+        max_active=None if max_active == 0 else max_active,
         open_loop_top=open_loop_top,
         open_run_s=open_run_s,
         memory_confirm_top=memory_confirm_top,

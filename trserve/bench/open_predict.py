@@ -3,13 +3,14 @@ times, with the routing statistics (P, C) and latency tables the closed-loop pre
 (``trserve.bench.runner``), and the measured figures over them.
 
 The simulated system is the server's: each model's policy is the threshold table the server ran (B* by number of
-active requests, 50 ms maximum wait) or B = 1, batches capped at ``server.max_active_requests``, requests of the
+active requests, 50 ms maximum wait) or B = 1, admission capped at ``server.max_active_requests``, requests of the
 bench's lengths. Each window is replayed as it was sent (``trsim.windows``: ``--rate``'s seeded draw of that
 window, or the ``--arrivals`` trace's times) from empty over its warm-up and window, and pooled as the measured
 figures are: throughput the median over the windows of the tokens committed inside the window per second,
 latencies over the requests that finished inside a window, the backlog at each window's end. So the comparison
 carries no sampling noise of the arrivals (a fresh draw at the nominal rate is off by about
-``1 / sqrt(rate x window)``). Unlike the server the simulator admits every arrival at once (no admission queue).
+``1 / sqrt(rate x window)``). As the server, it admits at most ``max_active_requests`` at once: later arrivals
+wait for a slot (``WorkloadConfig.max_active``), their latencies counted from arrival.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ def sim_at_arrivals(P: Matrix, C: Matrix, tables: Sequence[Sequence[float]], win
     window's arrival times, replayed over ``work.warmup_s`` then ``work.window_s``; see the module's docstring)."""
     latency = [TableModel(list(range(1, len(t) + 1)), list(t)) for t in tables]
     prompt, output = work.lengths.dists if work.lengths is not None else (constant(16), constant(work.max_tokens))
-    lengths = WorkloadConfig(arrival="poisson", prompt_tokens=prompt, output_tokens=output)  # arrivals: replayed
+    lengths = WorkloadConfig(arrival="poisson", prompt_tokens=prompt, output_tokens=output,  # arrivals: replayed
+                             max_active=max_batch)  # fmt: skip
     config = markov_config(P, C, latency, [1] * len(tables), concurrency=1, workload=lengths, seed=seed)
     config = replace(config, policies=policies(table, len(tables), max_batch))
     if stack is not None:

@@ -1,5 +1,5 @@
 """Latency targets on open-loop load: a verdict for one measured window, and the bisection over Poisson rates that
-finds the highest rate meeting them, in the planner's terms (``trsim.plan.max_rate`` and its ``_open_run``).
+finds the highest rate meeting them, in the planner's terms (``trsim.plan.max_rate`` and its ``open_run``).
 
 A window meets the targets when it finished requests without errors, its TPOT p99 and TTFT p99 are within the
 targets (percentiles by linear interpolation, as the simulator's ``numpy.percentile``) and it was stable: the

@@ -1,0 +1,83 @@
+"""The planner's open loop (``tokenrouter plan``; docs/planning.md): the highest Poisson rate whose TPOT and TTFT
+p99 meet the SLO, by bisection in the simulator with a preset's length distributions, thresholds of 1.
+
+A pipeline batches at most the requests that fit resident on every model they visit (``plan_memory.batch_cap``),
+and the server admits at most ``max_active`` requests at once (``server.max_active_requests``, split evenly over
+the placement's pipelines): later arrivals wait for a slot, and their TTFT and end-to-end latency count from their
+arrival, as the server's clients see them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from trcore import policies_for
+from trsim.build import markov_config
+from trsim.driver import simulate
+from trsim.placement import Placement, kv_capacities
+from trsim.plan_inputs import plan_models, with_stack
+from trsim.plan_memory import batch_cap
+from trsim.roofline import RooflineModel
+from trsim.workload import WorkloadConfig, preset
+
+#: A ``trsim.plan.PlanConfig`` (not imported: trsim.plan imports this module).
+PlanConfig = Any
+
+
+def workload_of(cfg: PlanConfig) -> WorkloadConfig:
+    """The plan's workload: a preset's name or a config."""
+    return preset(cfg.workload) if isinstance(cfg.workload, str) else cfg.workload
+
+
+def per_pipeline(max_active: int | None, replicas: int) -> int | None:
+    """A server's admission limit split evenly over ``replicas`` pipelines (at least one request each)."""
+    return None if max_active is None else max(1, max_active // replicas)
+
+
+def max_rate(cfg: PlanConfig, placement: Placement, guess_rps: float) -> dict[str, Any]:
+    """Highest Poisson rate (requests/s, whole system) meeting the SLO, by bisection on one pipeline, starting
+    from ``guess_rps`` (closed-loop throughput over the mean output length)."""
+    models = plan_models(placement, cfg.hardware, cfg.models, cfg.dtype, cfg.profiles)
+    caps = batch_caps(cfg, placement, models)
+    one = replace(cfg, max_active=per_pipeline(cfg.max_active, placement.replicas))
+    lo, hi, best = 0.0, max(guess_rps / placement.replicas, 1e-3), None
+    for _ in range(3):  # bracket: raise the guess by half while it still meets the SLO
+        probe = open_run(one, models, caps, hi)
+        if not probe["meets_slo"]:
+            break
+        lo, best, hi = hi, probe, hi * 1.5
+    for _ in range(cfg.bisection_steps):
+        probe = open_run(one, models, caps, (lo + hi) / 2)
+        lo, hi, best = (probe["rate_rps"], hi, probe) if probe["meets_slo"] else (lo, probe["rate_rps"], best)
+    r = placement.replicas
+    return {"max_rate_rps": lo * r, "rate_bracket_rps": [lo * r, hi * r], "at_max": best, "max_batch": list(caps),
+            "max_active_per_pipeline": one.max_active}  # fmt: skip
+
+
+def batch_caps(cfg: PlanConfig, placement: Placement, models: list[RooflineModel]) -> tuple[int, ...]:
+    """Requests a pipeline can hold at once: as many as fit resident on every model they visit, at most 256."""
+    cap = batch_cap(cfg, kv_capacities(placement, models), workload_of(cfg))
+    return (cap,) * len(models)
+
+
+def open_run(cfg: PlanConfig, models: list[RooflineModel], caps: tuple[int, ...], rate: float) -> dict[str, Any]:
+    """One pipeline at ``rate`` (requests/s) for ``open_run_s`` simulated seconds from empty, judged by the SLO;
+    ``cfg.max_active`` is this pipeline's admission limit."""
+    workload = replace(workload_of(cfg), arrival="poisson", rate_per_s=rate, num_sessions=None,
+                       max_active=cfg.max_active)  # fmt: skip
+    config = markov_config(cfg.P, cfg.C, models, [1] * len(models), 1, workload, seed=cfg.seed)
+    config = with_stack(replace(config, policies=policies_for([1] * len(models), max_batch=list(caps))), cfg.stack)
+    result = simulate(config, time_s=cfg.open_run_s)
+    tpot, ttft, wait = result.tpot_p99_s, result.ttft_p99_s, result.latency_p90_s
+    # Little's law: a stable system holds about rate x latency requests; a growing backlog means overload
+    stable = wait is not None and result.num_unfinished <= 1.5 * rate * wait + 8
+    ok = stable and tpot is not None and ttft is not None
+    ok = ok and (cfg.slo_tpot_ms is None or tpot * 1e3 <= cfg.slo_tpot_ms)  # type: ignore[operator]
+    ok = ok and (cfg.slo_ttft_ms is None or ttft * 1e3 <= cfg.slo_ttft_ms)  # type: ignore[operator]
+    return {"rate_rps": rate, "tpot_p99_ms": _ms(tpot), "ttft_p99_ms": _ms(ttft), "num_finished": result.num_finished,
+            "num_unfinished": result.num_unfinished, "meets_slo": bool(ok)}  # fmt: skip
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1e3
