@@ -113,7 +113,7 @@ def test_tokenrouter_serve_with_drift_stop_refuses_to_start_on_drifted_engines(
     from trserve.crossval import drift as probe_module
 
     monkeypatch.setattr(probe_module, "PROBE_WARMUP_S", 0.3)
-    monkeypatch.setattr(probe_module, "PROBE_MEASURE_S", 1.0)
+    monkeypatch.setattr(probe_module, "PROBE_MEASURE_S", 2.0)  # 1 s: too few steps on a loaded run
     write_profiles(tmp_path / hardware_tag())
     slow = write_profiles(tmp_path / "engines", scale=1.5)
     models = [{"name": n, "emulated": {"profile": str(p)}, "max_num_seqs": 8} for n, p in zip(NAMES, slow, strict=True)]
@@ -159,7 +159,7 @@ def test_a_serving_probe_times_every_engine_while_all_step(tmp_path: Path, monke
     from trserve.crossval.predict import load_calibration
 
     monkeypatch.setattr(probe_module, "PROBE_WARMUP_S", 0.3)
-    monkeypatch.setattr(probe_module, "PROBE_MEASURE_S", 1.0)
+    monkeypatch.setattr(probe_module, "PROBE_MEASURE_S", 2.0)  # 1 s: too few steps on a loaded run
     write_profiles(tmp_path / "profiles")
     slow = write_profiles(tmp_path / "engines", scale=1.5)
     models = [{"name": n, "emulated": {"profile": str(p)}, "max_num_seqs": 8} for n, p in zip(NAMES, slow, strict=True)]
