@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+#: The profile schema this writes (``trsim/profile.py``).
+SCHEMA_VERSION = 1
 
 
 def log(line: str) -> None:
@@ -33,6 +37,14 @@ def load_config(path: Path) -> Any:
 
     data = _read_json(path)
     return AutoConfig.for_model(data.pop("model_type"), **data)
+
+
+def profile_record(llm: str, backend: str, machine: dict[str, Any], samples: list[dict[str, Any]],
+                   fits: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+    """A profile in the schema's terms: the best fit first in ``fits`` becomes ``fit``, the rest ``other_fits``."""
+    return {"schema_version": SCHEMA_VERSION, "llm": llm, "backend": backend,
+            "created": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine, "samples": samples,
+            "fit": fits[0] if fits else None, "other_fits": fits[1:]}  # fmt: skip
 
 
 def write_profile(profile: dict[str, Any], out_dir: Path) -> Path:

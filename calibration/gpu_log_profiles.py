@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from calibration.gpu_files import find_shapes, load_config, write_profile  # noqa: E402
-from calibration.gpu_profile import SCHEMA_VERSION  # noqa: E402
+from calibration.gpu_files import find_shapes, load_config, profile_record, write_profile  # noqa: E402
 from calibration.gpu_steps import Cell, shape_summary  # noqa: E402
 from calibration.profile_fit import fit_all  # noqa: E402
 
@@ -60,9 +58,8 @@ def build_profile(llm: str, parsed: dict[str, list[dict[str, Any]]], args: argpa
     machine = {"tag": args.hardware_tag, "accelerator": args.accelerator, "device": "cuda",
                "description": f"1x {args.accelerator}, bf16 ({args.run_note})", "method": method,
                "model_shape": shape, "skipped": parsed["skipped"]}  # fmt: skip
-    return {"schema_version": SCHEMA_VERSION, "llm": llm, "backend": f"transformers StaticCache, bf16, {args.run_note}",
-            "created": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine,
-            "samples": parsed["samples"], "fit": fits[0] if fits else None, "other_fits": fits[1:]}  # fmt: skip
+    backend = f"transformers StaticCache, bf16, {args.run_note}"
+    return profile_record(llm, backend, machine, parsed["samples"], fits)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,6 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # for trsim and calibration
 
-from calibration.gpu_files import find_shapes, load_config, log, write_profile  # noqa: E402
+from calibration.gpu_files import find_shapes, load_config, log, profile_record, write_profile  # noqa: E402
 from calibration.gpu_steps import (  # noqa: E402
     Cell,
     Device,
@@ -47,7 +46,6 @@ from calibration.profile_fit import fit_all, numpy_fit  # noqa: E402
 
 __all__ = ["main", "numpy_fit", "tag_from_device_name"]
 
-SCHEMA_VERSION = 1
 GPU_GRID = {"batch": [1, 2, 4, 8, 16, 32, 64, 128, 256], "context": [128, 512, 2048, 8192],
             "extend": [16, 64, 256, 1024, 4096], "extend_context": [0, 2048], "batch_extend": [1, 4]}  # fmt: skip
 CPU_GRID = {"batch": [1, 2, 4, 8], "context": [64, 256, 1024], "extend": [16, 64, 256], "extend_context": [0],
@@ -145,9 +143,7 @@ class Profiler:
         machine = self.device.machine(self.args.hardware_tag or hardware_tag(self.device))
         # The schema has no top-level room for how the samples were taken; machine keeps extra keys.
         machine.update(method=self._method(cfg, path, fitter), model_shape=shape, skipped=skipped)
-        return {"schema_version": SCHEMA_VERSION, "llm": name, "backend": self._backend(),
-                "created": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine,
-                "samples": samples, "fit": fits[0] if fits else None, "other_fits": fits[1:]}  # fmt: skip
+        return profile_record(name, self._backend(), machine, samples, fits)
 
     def _backend(self) -> str:
         """Engine and settings in one line, as docs/profile-schema.md asks (``machine.method`` has the rest)."""

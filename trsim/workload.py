@@ -171,7 +171,6 @@ class WorkloadRunner:
         self.rng = rng
         self.num_started = 0
         self._sessions: dict[str, _Session] = {}
-        self._num_in_flight = 0
         self._held: deque[tuple[PeerReq, float]] = deque()  # arrivals waiting for a slot (``max_active``)
 
     @property
@@ -200,7 +199,6 @@ class WorkloadRunner:
     def on_finish(self, message: PeerReq, now: float) -> None:
         """A request finished: start the session's next turn, or (closed loop) a new session."""
         session = self._sessions.pop(message.request_id)
-        self._num_in_flight -= 1
         if self._held:
             held, arrived = self._held.popleft()
             self._admit(held, arrived)
@@ -261,10 +259,10 @@ class WorkloadRunner:
     def _admit(self, message: PeerReq, arrived: float) -> None:
         """Submit ``message`` (arrived at ``arrived``) now, or hold it while ``max_active`` are in flight."""
         limit = self.config.max_active
-        if limit is not None and self._num_in_flight >= limit:
+        in_flight = len(self._sessions) - len(self._held) - 1  # sessions hold every request, this one too
+        if limit is not None and in_flight >= limit:
             self._held.append((message, arrived))
             return
-        self._num_in_flight += 1
         self.driver.submit(message, self.driver.now_s(), arrived)
 
     def _after(self, delay_s: float, action: Callable[[], None]) -> None:
