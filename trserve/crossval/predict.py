@@ -209,9 +209,9 @@ def sim_result(
 def sim_workload(load: int | Replay, stack: StackCosts | None) -> WorkloadConfig:
     """The simulator's arrivals: N closed-loop sessions, each next request the client's turnaround after the
     previous one ended; for a rate cell open-loop arrivals at the rate, which the replayed windows' times
-    replace."""
+    replace, admitted up to the server's limit."""
     if isinstance(load, Replay):
-        return WorkloadConfig(arrival="poisson", rate_per_s=load.rate.rps)
+        return WorkloadConfig(arrival="poisson", rate_per_s=load.rate.rps, max_active=load.max_active)
     turnaround = stack.client_turnaround_s if stack is not None else 0.0
     return WorkloadConfig(arrival="closed", concurrency=load, think_time_s=turnaround)
 

@@ -91,7 +91,7 @@ def predict_cells(
             model_tok_s: dict[tuple[int, ...], float | None] = dict.fromkeys(vectors)  # closed loop only
             if not isinstance(load, Rate):
                 model_tok_s |= model_predictions(stats, predictor, load, vectors, context, cap, extend)
-            sim_load = scored_replay(plan, load) if isinstance(load, Rate) else load  # the scored arrivals
+            sim_load = scored_replay(plan, load, cfg.server.max_active_requests) if isinstance(load, Rate) else load
             for b in vectors:
                 sim = sim_result(replay, predictor, sim_load, b, cap, sim_s)
                 cell = score_cell(cfg, plan, router.name, load, b, runs, scored, calibration, context, extend)

@@ -1,7 +1,8 @@
 """The simulator's load for an open-loop (rate) cell: the arrival times the real side drew for the scored repeats
 (repeat k: seed ``arrival_seed + k``, :func:`trserve.crossval.open_client.draw_arrivals`), each replayed over the
 cell's warm-up and window (``trsim.windows``), with throughput counted over the window only, as the real side
-counts it.
+counts it. As the server, the simulation admits at most ``server.max_active_requests`` at once; later arrivals
+wait for a slot, their latencies counted from arrival (``trsim.workload.WorkloadConfig.max_active``).
 
 A real window of ``measure_s`` seconds holds about ``rate x measure_s`` arrivals, off by about
 ``1 / sqrt(rate x measure_s)``; replaying the very times it drew takes that sampling noise out of the throughput
@@ -26,13 +27,14 @@ SIM_ARRIVALS = "the scored repeat's"
 
 @dataclass(frozen=True)
 class Replay:
-    """A rate cell's load as the simulator takes it: the rate, the seeds of the scored repeats' arrival draws, and
-    the window every draw spans (``warmup_s`` then ``measure_s``)."""
+    """A rate cell's load as the simulator takes it: the rate, the seeds of the scored repeats' arrival draws, the
+    window every draw spans (``warmup_s`` then ``measure_s``) and the server's admission limit (None: none)."""
 
     rate: Rate
     seeds: tuple[int, ...]
     warmup_s: float
     measure_s: float
+    max_active: int | None = None
 
     def windows(self) -> Windows:
         """Each scored repeat's arrival times over its warm-up and window (latencies: every request finished by
@@ -46,14 +48,15 @@ class Replay:
             "sim_arrivals": SIM_ARRIVALS,
             "sim_arrival_seeds": list(self.seeds),
             "sim_window_s": [self.warmup_s, self.warmup_s + self.measure_s],
+            "sim_max_active": self.max_active,
         }
 
 
-def scored_replay(plan: CrossvalPlan, rate: Rate) -> Replay:
+def scored_replay(plan: CrossvalPlan, rate: Rate, max_active: int | None = None) -> Replay:
     """The arrivals of ``plan``'s scored repeats at ``rate``: repeats 1.. with two or more repeats, else repeat 0
-    (the run is then in sample anyway)."""
+    (the run is then in sample anyway); ``max_active``: the server's admission limit."""
     repeats = range(1, plan.repeats) if plan.repeats >= 2 else range(1)
-    return Replay(rate, tuple(plan.arrival_seed + k for k in repeats), plan.warmup_s, plan.measure_s)
+    return Replay(rate, tuple(plan.arrival_seed + k for k in repeats), plan.warmup_s, plan.measure_s, max_active)
 
 
 def replay_of(cell: Mapping[str, Any]) -> Replay:
@@ -62,4 +65,5 @@ def replay_of(cell: Mapping[str, Any]) -> Replay:
         raise ConfigError("cells", "a rate cell without sim_arrival_seeds (written before the simulator replayed "
                           "the scored arrivals): run tokenrouter crossval again")  # fmt: skip
     warmup_s, end_s = cell["sim_window_s"]
-    return Replay(Rate(cell["rate_rps"]), tuple(cell["sim_arrival_seeds"]), warmup_s, end_s - warmup_s)
+    seeds = tuple(cell["sim_arrival_seeds"])
+    return Replay(Rate(cell["rate_rps"]), seeds, warmup_s, end_s - warmup_s, cell.get("sim_max_active"))

@@ -82,6 +82,27 @@ def test_the_simulator_replays_the_scored_repeats_arrivals_over_the_cells_window
         sim_result(traces, calibration, Rate(20.0), (1, 1), 8, 30.0)
 
 
+def test_the_replayed_arrivals_wait_for_the_servers_admission_limit():
+    # The same 8-token, 10 ms requests admitted one at a time: each runs alone for 80 ms from the later of its
+    # arrival and the previous one's end (arrivals 50 ms apart on average, so a queue builds), latencies from
+    # arrival: the requests finished by the window's end are those the recursion puts before it.
+    traces = [RequestTrace(f"r{k}", (TraceStep(0, 0, True),) * 8, 20, 8) for k in range(4)]
+    calibration = Calibration(("a", "b"), (ConstantModel(0.010), ConstantModel(0.020)))
+    plan = make_plan(2, [], default_routers()[:1], [(1, 1)], rates=[20], repeats=2, arrival_seed=4, warmup_s=0.5,
+                     measure_s=3.0)  # fmt: skip
+    replay = scored_replay(plan, Rate(20.0), max_active=1)
+    assert replay_of(replay.to_dict() | {"rate_rps": 20.0}) == replay and replay.to_dict()["sim_max_active"] == 1
+    result = sim_result(traces, calibration, replay, (1, 1), 8, 30.0)
+    ends, end = [], 0.0
+    for t in draw_arrivals(20.0, 0.5, 3.0, 5).times_s:
+        end = max(t, end) + 0.08
+        ends.append(end - t)
+    finished = [e for e, t in zip(ends, draw_arrivals(20.0, 0.5, 3.0, 5).times_s, strict=True) if t + e <= 3.5]
+    assert abs(result.num_finished - len(finished)) <= 1  # a request ending exactly at the window's edge
+    assert result.latency_p99_s == pytest.approx(sorted(finished)[int(0.99 * (len(finished) - 1))], rel=0.05)
+    assert result.latency_p99_s > 0.2  # far beyond one request's 80 ms: they queued for admission
+
+
 class _FrontEnd:
     """Answers even requests at once (3 tokens) and never answers odd ones."""
 
@@ -151,6 +172,7 @@ def test_rate_cells_have_the_simulator_but_not_the_throughput_model():
     assert "| markov | 5 req/s (5.5 offered) | (1, 1) | 41.0 | – | – |" in markdown_table(cells, {"markov": summary})
     assert rate["sim_arrivals"] == "the scored repeat's" and rate["sim_arrival_seeds"] == [1]  # repeat 1's draw
     assert rate["sim_window_s"] == [3.0, 13.0] and "sim_arrivals" not in closed
+    assert rate["sim_max_active"] == cfg.server.max_active_requests  # the server's admission limit
     stats = {"markov": routing_stats(traces["markov"], 2, 0)}
     add_rescaled_predictions([rate], stats, traces, calibration, {"markov": (28, [0.0, 0.0])}, 8, 20)
     assert rate["sim_rescaled_tok_s"] > 0 and rate["model_rescaled_tok_s"] is None  # the same arrivals, rescaled
