@@ -64,7 +64,8 @@ class SimConfig:
     The serving stack's own costs (0 by default: an ideal stack):
 
     * ``transfer_delay_s``: every hand-off message reaches its model this long after the step that made it
-      ended; one figure for all, or one per receiving model;
+      ended, and a new request the entry model this long after its submission (the front end's message takes
+      the same way); one figure for all, or one per receiving model;
     * ``host_overhead_s``: per model, the time its subserver loop spends between the end of a step and the next
       launch (reports, hand-offs, scheduling): the model is busy for its step latency plus this after every
       step; the step's tokens and hand-offs come out when the latency has passed. Empty: none;
@@ -96,6 +97,9 @@ class SimConfig:
     #: Seconds from the end of a step to the client's receipt of its tokens: recorded first-token and finish times
     #: move this much later (latency metrics only; a closed loop's next request follows ``think_time_s``).
     delivery_delay_s: float = 0.0
+    #: Seconds a client sends each request after its arrival time (an open-loop client's timer and task wake-up):
+    #: the request reaches the entry model this plus the transfer delay later; latencies count from the arrival.
+    send_lag_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.latency or len(self.latency) != len(self.policies):
@@ -108,6 +112,7 @@ class SimConfig:
         if self.host_overhead_per_request_s:
             _check_costs("host_overhead_per_request_s", self.host_overhead_per_request_s, self.num_models)
         _check_costs("delivery_delay_s", self.delivery_delay_s, self.num_models)
+        _check_costs("send_lag_s", self.send_lag_s, self.num_models)
         if self.model_names and len(self.model_names) != self.num_models:
             raise ConfigError("model_names", "need one name per model")
         if self.replicas and (len(self.replicas) != self.num_models or min(self.replicas) < 1):

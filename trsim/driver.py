@@ -68,6 +68,7 @@ class Simulation(MemoryDriving, ThresholdDriving, ResultReporting):
         self.cooldown_ticks = 0
         #: Per receiving model: ticks a hand-off travels; per process: ticks its model's loop adds to each step.
         self.transfer_ticks = [cost_ticks(config.transfer_delay(m)) for m in range(n)]
+        self.submit_ticks = self.transfer_ticks[config.entry_model] + cost_ticks(config.send_lag_s)
         self.overhead_ticks = [cost_ticks(config.host_overhead(m)) for m, _ in table.procs]
         self.per_request_ticks = [cost_ticks(config.host_overhead_per_request(m)) for m, _ in table.procs]
         if config.per_token is not None:
@@ -85,8 +86,7 @@ class Simulation(MemoryDriving, ThresholdDriving, ResultReporting):
         self.steps: list[StepRecord] | None = [] if chrome_trace else None
         #: With ``record_trace``: per finished request (submitted, first token, finish), for latency breakdowns.
         self.request_times: dict[str, tuple[float, float, float]] | None = {} if record_trace else None
-        self.committed = 0
-        self.num_active = 0
+        self.committed = self.num_active = 0
         self.pinned = [0] * table.num_procs
         self._pins: dict[str, tuple[int, ...]] = {}
         self._arrivals: dict[str, float] = {}
@@ -104,7 +104,7 @@ class Simulation(MemoryDriving, ThresholdDriving, ResultReporting):
         return self.env.now / TICKS_PER_S
 
     def submit(self, message: PeerReq, now: float, arrived: float | None = None) -> None:
-        """A client request reaches the entry model; its latencies count from ``arrived`` (default ``now``)."""
+        """A client request leaves for the entry model (send lag + transfer delay away); latencies from ``arrived``."""
         self._arrivals[message.request_id] = now if arrived is None else arrived
         table, entry = self.table, self.config.entry_model
         if table.has_replicas:
@@ -112,8 +112,7 @@ class Simulation(MemoryDriving, ThresholdDriving, ResultReporting):
             self._pins[message.request_id] = pins
             entry = table.proc(entry, pins[entry])
         self._set_active(self.num_active + 1, message.request_id)
-        self.subservers[entry].receive(message, now)
-        self._wake_model(entry)
+        self._deliver_later(entry, message, self.submit_ticks)
 
     # -- running --------------------------------------------------------------------------------------
     def run(
@@ -139,9 +138,8 @@ class Simulation(MemoryDriving, ThresholdDriving, ResultReporting):
             self._holds_to_limit = self.config.workload.arrival == "trace"
             self.env.timeout(to_ticks(time_s)).callbacks.append(lambda _e: self._stop())
         started = time.perf_counter()
-        for driving in (self.phasing, self.adaptive):
-            if driving is not None:
-                driving.start()
+        for driving in filter(None, (self.phasing, self.adaptive)):
+            driving.start()
         self.workload.start()
         try:
             while True:
@@ -248,6 +246,8 @@ class Simulation(MemoryDriving, ThresholdDriving, ResultReporting):
             self._stop()
 
     def _deliver_later(self, dest: int, message: PeerReq, ticks: int) -> None:
+        if not ticks:
+            return self._deliver(dest, message)
         Timeout(self.env, ticks).callbacks.append(lambda _e: self._deliver(dest, message))
 
     def _deliver(self, dest: int, message: PeerReq) -> None:

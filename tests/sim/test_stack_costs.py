@@ -7,6 +7,7 @@ import pytest
 
 from trcore import BatchingPolicy, ConfigError
 from trsim import RouterConfig, SimConfig, simulate
+from trsim.driver import Simulation
 from trsim.latency import ConstantModel
 from trsim.lengths import constant
 from trsim.workload import WorkloadConfig
@@ -73,17 +74,37 @@ def alternating(delays: tuple[float, float], overheads: tuple[float, float]) -> 
 
 
 def test_each_hand_off_travels_the_delay_of_the_model_it_goes_to():
-    # Steps 0, 1, 0, 1, 0, 1: three hand-offs to model 1 (3 ms each) and two to model 0 (1 ms each).
+    # Steps 0, 1, 0, 1, 0, 1: three hand-offs to model 1 (3 ms each), two to model 0 (1 ms each), and the new
+    # request's own way to model 0, the entry model (1 ms).
     result = simulate(alternating((0.001, 0.003), (0.0, 0.0)))
     assert result.num_finished == 1
-    assert result.latency_p50_s == pytest.approx(3 * 0.01 + 3 * 0.02 + 3 * 0.003 + 2 * 0.001)
+    assert result.latency_p50_s == pytest.approx(3 * 0.01 + 3 * 0.02 + 3 * 0.003 + 3 * 0.001)
+
+
+def test_a_new_request_travels_the_entry_models_delay_before_its_first_step():
+    # Entering on model 1 (3 ms away): its first step launches 3 ms after submission, its first token 20 ms later.
+    sim = Simulation(replace(alternating((0.001, 0.003), (0.0, 0.0)), entry_model=1), record_trace=True)
+    result = sim.run()
+    assert sim.request_times is not None and result.num_finished == 1
+    ((submitted, first, done),) = sim.request_times.values()
+    assert first - submitted == pytest.approx(0.003 + 0.02)
+    assert done - submitted == pytest.approx(3 * 0.02 + 3 * 0.01 + 3 * 0.003 + 3 * 0.001)  # 1, 0, 1, 0, 1, 0
+
+
+def test_the_clients_send_lag_comes_before_the_entry_models_delay_and_counts_in_the_latency():
+    sim = Simulation(replace(alternating((0.001, 0.003), (0.0, 0.0)), send_lag_s=0.005), record_trace=True)
+    result = sim.run()
+    assert sim.request_times is not None and result.num_finished == 1
+    ((submitted, first, done),) = sim.request_times.values()
+    assert submitted == 0.0 and first == pytest.approx(0.005 + 0.001 + 0.01)  # lag, transit to model 0, a step
+    assert done == pytest.approx(0.005 + 3 * 0.01 + 3 * 0.02 + 3 * 0.003 + 3 * 0.001)
 
 
 def test_a_steps_hand_offs_leave_before_its_overhead():
     # Each model waits for the other's hand-off longer than its own overhead, so the overhead never delays
     # the request: hand-offs leave when the step's latency has passed.
     result = simulate(alternating((0.001, 0.003), (0.004, 0.008)))
-    assert result.latency_p50_s == pytest.approx(3 * 0.01 + 3 * 0.02 + 3 * 0.003 + 2 * 0.001)
+    assert result.latency_p50_s == pytest.approx(3 * 0.01 + 3 * 0.02 + 3 * 0.003 + 3 * 0.001)
 
 
 @pytest.mark.parametrize(
@@ -95,6 +116,8 @@ def test_a_steps_hand_offs_leave_before_its_overhead():
         ("transfer_delay_s", -1.0),
         ("transfer_delay_s", (0.001, 0.002)),
         ("transfer_delay_s", float("inf")),
+        ("send_lag_s", -0.001),
+        ("send_lag_s", float("nan")),
     ],
 )
 def test_bad_costs_are_refused(field, value):

@@ -57,6 +57,7 @@ class Client:
         self.timings: dict[str, tuple[float, float, float, int]] = {}
         self.intended: dict[str, int] = {}
         self.successor: dict[str, str] = {}  # a finished request -> its session's next (closed loop)
+        self.send_lags: list[float] = []  # per request sent: from its arrival time to the submit call
         self.error: str | None = None
 
     def start(self, start: float) -> list[asyncio.Task[None]]:
@@ -79,6 +80,7 @@ class Client:
         self.intended[rid] = full
         if max_tokens == full:
             self.full_length.add(rid)
+        self.send_lags.append(max(0.0, time.monotonic() - submitted))
         gen = self.frontend.submit(spec, list(prompt), {})
         first, count = 0.0, 0
         while True:

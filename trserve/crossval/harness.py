@@ -125,6 +125,9 @@ class CellRun:
     breakdowns: list[Breakdown] = field(default_factory=list)
     #: Open loop: arrivals in the measured window per second (None: closed loop).
     offered_rps: float | None = None
+    #: Per request sent: seconds from its arrival time to the client's submit call (an open loop's timer and task
+    #: wake-up on the busy event loop; about 0 in a closed loop, which submits when it decides to).
+    send_lags: list[float] = field(default_factory=list)
 
 
 @asynccontextmanager
@@ -205,6 +208,7 @@ async def run_cell(
         turnarounds=turnarounds(events, client),
         breakdowns=breakdowns(events, times, num_models),
         offered_rps=load.rate_rps(*(t - start for t in window)) if isinstance(load, Arrivals) else None,
+        send_lags=list(client.send_lags),
     )
 
 

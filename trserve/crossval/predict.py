@@ -187,6 +187,7 @@ def sim_result(
         workload=sim_workload(load, stack),
         seed=seed,
         kv=calibration.kv,
+        send_lag_s=load.send_lag_s if isinstance(load, Replay) else 0.0,
         **(stack.sim_fields() if stack is not None else {}),
     )
     config = with_traces(base, traces)

@@ -91,7 +91,10 @@ def predict_cells(
             model_tok_s: dict[tuple[int, ...], float | None] = dict.fromkeys(vectors)  # closed loop only
             if not isinstance(load, Rate):
                 model_tok_s |= model_predictions(stats, predictor, load, vectors, context, cap, extend)
-            sim_load = scored_replay(plan, load, cfg.server.max_active_requests) if isinstance(load, Rate) else load
+            sim_load: int | Replay = load
+            if isinstance(load, Rate):  # the scored arrivals, the server's admission limit, the input's send lag
+                lag = send_lag(inputs, router.name, load)
+                sim_load = scored_replay(plan, load, cfg.server.max_active_requests, lag)
             for b in vectors:
                 sim = sim_result(replay, predictor, sim_load, b, cap, sim_s)
                 cell = score_cell(cfg, plan, router.name, load, b, runs, scored, calibration, context, extend)
@@ -103,6 +106,12 @@ def predict_cells(
                 cells.append(add_errors(cell))
             progress(f"predicted {router.name} {load if isinstance(load, Rate) else f'N={load}'}")
     return cells, routing, traces, stats_by_router
+
+
+def send_lag(inputs: Sequence[Measured], router: str, rate: Rate) -> float:
+    """The input runs' median send lag at ``rate`` (0 without one): how late their open-loop client sent."""
+    lags = [x for (_, r, load, _, run) in inputs if r.name == router and load == rate for x in run.send_lags]
+    return statistics.median(lags) if lags else 0.0
 
 
 def score_cell(

@@ -28,13 +28,15 @@ SIM_ARRIVALS = "the scored repeat's"
 @dataclass(frozen=True)
 class Replay:
     """A rate cell's load as the simulator takes it: the rate, the seeds of the scored repeats' arrival draws, the
-    window every draw spans (``warmup_s`` then ``measure_s``) and the server's admission limit (None: none)."""
+    window every draw spans (``warmup_s`` then ``measure_s``), the server's admission limit (None: none) and the
+    client's send lag (the input repeat's median at this rate: how late its client sent after each arrival)."""
 
     rate: Rate
     seeds: tuple[int, ...]
     warmup_s: float
     measure_s: float
     max_active: int | None = None
+    send_lag_s: float = 0.0
 
     def windows(self) -> Windows:
         """Each scored repeat's arrival times over its warm-up and window (latencies: every request finished by
@@ -49,14 +51,16 @@ class Replay:
             "sim_arrival_seeds": list(self.seeds),
             "sim_window_s": [self.warmup_s, self.warmup_s + self.measure_s],
             "sim_max_active": self.max_active,
+            "sim_send_lag_s": self.send_lag_s,
         }
 
 
-def scored_replay(plan: CrossvalPlan, rate: Rate, max_active: int | None = None) -> Replay:
+def scored_replay(plan: CrossvalPlan, rate: Rate, max_active: int | None = None, send_lag_s: float = 0.0) -> Replay:
     """The arrivals of ``plan``'s scored repeats at ``rate``: repeats 1.. with two or more repeats, else repeat 0
-    (the run is then in sample anyway); ``max_active``: the server's admission limit."""
-    repeats = range(1, plan.repeats) if plan.repeats >= 2 else range(1)
-    return Replay(rate, tuple(plan.arrival_seed + k for k in repeats), plan.warmup_s, plan.measure_s, max_active)
+    (the run is then in sample anyway); ``max_active``: the server's admission limit; ``send_lag_s``: the
+    client's."""
+    seeds = tuple(plan.arrival_seed + k for k in (range(1, plan.repeats) if plan.repeats >= 2 else range(1)))
+    return Replay(rate, seeds, plan.warmup_s, plan.measure_s, max_active, send_lag_s)
 
 
 def replay_of(cell: Mapping[str, Any]) -> Replay:
@@ -66,4 +70,5 @@ def replay_of(cell: Mapping[str, Any]) -> Replay:
                           "the scored arrivals): run tokenrouter crossval again")  # fmt: skip
     warmup_s, end_s = cell["sim_window_s"]
     seeds = tuple(cell["sim_arrival_seeds"])
-    return Replay(Rate(cell["rate_rps"]), seeds, warmup_s, end_s - warmup_s, cell.get("sim_max_active"))
+    lag = cell.get("sim_send_lag_s", 0.0)
+    return Replay(Rate(cell["rate_rps"]), seeds, warmup_s, end_s - warmup_s, cell.get("sim_max_active"), lag)

@@ -139,14 +139,17 @@ def test_the_open_client_sends_at_the_arrival_times_and_cancels_the_unfinished()
     assert [client.timings[r][0] for r in ("t-0", "t-2")] == [start, start + 0.02]  # latency from the arrival
     assert client.timings["t-2"][3] == 3 and client.specs["t-3"].arrival_time == start + 0.03
     assert client.specs["t-1"].num_prompt_tokens == 3 and not client._requests  # the odd ones were cancelled
+    # Sent about a second after their arrival times: each send's lag is that second, less its arrival's offset.
+    assert len(client.send_lags) == 4
+    assert all(1.0 - 0.01 * k <= lag < 1.0 - 0.01 * k + 0.05 for k, lag in enumerate(client.send_lags))
 
 
-def _run(tok_s, offered=None):
+def _run(tok_s, offered=None, send_lags=()):
     traces = [RequestTrace(f"{tok_s}-{k}", (TraceStep(0, 1, True), TraceStep(1, 0, True)) * 4, 20, 8) for k in range(4)]
     ids = frozenset(t.request_id for t in traces)
     records, timing = [StepRecord(0.0, 0, 2, 0.03, 2)] * 5, [(0.0, 0.1, 1.0, 8)] * 4
     return CellRun(tok_s, int(tok_s * 10), 10.0, traces, traces, records, 4, dict.fromkeys(ids, 8), ids, timing,
-                   offered_rps=offered)  # fmt: skip
+                   offered_rps=offered, send_lags=list(send_lags))  # fmt: skip
 
 
 def test_rate_cells_have_the_simulator_but_not_the_throughput_model():
@@ -157,7 +160,8 @@ def test_rate_cells_have_the_simulator_but_not_the_throughput_model():
     calibration = Calibration(("a", "b"), (ConstantModel(0.010), ConstantModel(0.020)))
     plan = make_plan(2, [2], default_routers()[:1], [(1, 1)], rates=[5], repeats=2, measure_s=10.0)
     router = plan.routers[0]
-    runs = [(rep, router, load, (1, 1), _run(40.0 + rep, None if load == 2 else 4.5 + rep))
+    lags = {0: (0.001, 0.004, 0.002), 1: (0.5, 0.5, 0.5)}  # the scored repeat's are not the simulator's input
+    runs = [(rep, router, load, (1, 1), _run(40.0 + rep, *((None, ()) if load == 2 else (4.5 + rep, lags[rep]))))
             for rep in range(2) for load in plan.loads]  # fmt: skip
     cells, _, traces, _ = predict_cells(cfg, plan, calibration, [1.0, 1.0], runs, input_runs(plan, runs), 20, print)
     closed, rate = cells
@@ -173,6 +177,7 @@ def test_rate_cells_have_the_simulator_but_not_the_throughput_model():
     assert rate["sim_arrivals"] == "the scored repeat's" and rate["sim_arrival_seeds"] == [1]  # repeat 1's draw
     assert rate["sim_window_s"] == [3.0, 13.0] and "sim_arrivals" not in closed
     assert rate["sim_max_active"] == cfg.server.max_active_requests  # the server's admission limit
+    assert rate["sim_send_lag_s"] == 0.002  # the input repeat's median send lag at this rate
     stats = {"markov": routing_stats(traces["markov"], 2, 0)}
     add_rescaled_predictions([rate], stats, traces, calibration, {"markov": (28, [0.0, 0.0])}, 8, 20)
     assert rate["sim_rescaled_tok_s"] > 0 and rate["model_rescaled_tok_s"] is None  # the same arrivals, rescaled
