@@ -93,11 +93,12 @@ def test_the_replayed_arrivals_wait_for_the_servers_admission_limit():
     replay = scored_replay(plan, Rate(20.0), max_active=1)
     assert replay_of(replay.to_dict() | {"rate_rps": 20.0}) == replay and replay.to_dict()["sim_max_active"] == 1
     result = sim_result(traces, calibration, replay, (1, 1), 8, 30.0)
-    ends, end = [], 0.0
-    for t in draw_arrivals(20.0, 0.5, 3.0, 5).times_s:
+    times = draw_arrivals(20.0, 0.5, 3.0, 5).times_s  # the scored repeat's (seed 4 + 1)
+    latencies, end = [], 0.0
+    for t in times:
         end = max(t, end) + 0.08
-        ends.append(end - t)
-    finished = [e for e, t in zip(ends, draw_arrivals(20.0, 0.5, 3.0, 5).times_s, strict=True) if t + e <= 3.5]
+        latencies.append(end - t)
+    finished = [lat for lat, t in zip(latencies, times, strict=True) if t + lat <= 3.5]
     assert abs(result.num_finished - len(finished)) <= 1  # a request ending exactly at the window's edge
     assert result.latency_p99_s == pytest.approx(sorted(finished)[int(0.99 * (len(finished) - 1))], rel=0.05)
     assert result.latency_p99_s > 0.2  # far beyond one request's 80 ms: they queued for admission
