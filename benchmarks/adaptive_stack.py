@@ -12,6 +12,9 @@ lengths are the bench's ``short-reasoning`` preset times ``--length-scale`` (the
 bench preset), in the simulator too. The real stack has no hook to switch thresholds at a phase boundary, so the
 oracle is estimated per phase as the best static strategy measured in that phase (each phase's B* is among
 them). The simulator runs the same scaled phases and lengths: adaptive, B = 1, each B* and the oracle proper.
+With ``--backend vllm`` B* is solved on what ``thresholds: auto`` would solve on there: this machine's profiles
+times the drift probe's factors (the probe ``auto`` runs first, on shared CPUs with both engines serving the first
+phase's routing; ``--drift skip``: the profiles alone).
 """
 
 from __future__ import annotations
@@ -76,6 +79,28 @@ def profile_latencies() -> tuple[Any, ...]:
     ``auto`` solves on; the adaptive server itself reads none)."""
     cfg = ServeConfig.model_validate(DEFAULT_CONFIG)
     return tuple(latency_from_profile(load_profile(cfg, m)) for m in range(cfg.num_models))
+
+
+def probed_latencies(routing: tuple[Any, Any], mode: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The calibrated inputs offline ``auto`` solves on for this traffic on the local pair: the profiles times
+    the factors of the drift probe ``thresholds: auto`` runs first (``mode``: ``scale``, its default; on this
+    machine's shared CPUs its default placement times the engines serving ``routing`` together, as they will be;
+    ``skip``: the profiles as they are), and the probe's record."""
+    from trserve.crossval.drift import serve_drift_probe
+    from trserve.server.drift import assess
+    from trsim.latency import ScaledModel
+
+    profiles = profile_latencies()
+    if mode == "skip":
+        return profiles, {"mode": "skip"}
+    config = vllm_config(None, {})
+    config["router"] = {"program": "markov", "params": {"P": routing[0], "C": routing[1], "seed": 0}}
+    cfg = ServeConfig.model_validate(config)
+    drift = assess(serve_drift_probe(cfg, profiles), mode, 0.05, [m.name for m in cfg.models])
+    scaled = tuple(ScaledModel(m, f) for m, f in zip(profiles, drift.factors, strict=True))
+    record = {"mode": mode, "placement": drift.placement, "ratios": drift.ratios, "factors": drift.factors,
+              "num_steps": drift.num_steps}  # fmt: skip
+    return scaled, record
 
 
 def run_strategy(config: dict, phases: list, work: Workload, tmp: Path, name: str,
@@ -149,13 +174,22 @@ def main(argv: list[str] | None = None) -> int:
         help="emulated: engines at the scenario's latency tables; vllm: the local pair on this machine (B* and the "
         "simulator then use its calibration profiles instead of the scenario's tables)",
     )  # fmt: skip
+    parser.add_argument(
+        "--drift", choices=("scale", "skip"), default="scale",
+        help="with --backend vllm: scale the profiles by the drift probe thresholds: auto runs first (its default), "
+        "or skip it",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if not args.scale_s > 0 or not args.length_scale > 0:
         parser.error("--scale-s and --length-scale must be > 0")
     spec = load_scenario(args.scenario)
     tuned = scenario_config(spec, Path(args.scenario).parent, adaptive=True)
+    drift: dict[str, Any] | None = None
     if args.backend == "vllm":
-        tuned = replace(tuned, latency=profile_latencies())
+        first = tuned.phases[0]  # the traffic the server starts in
+        routing = first.P or tuned.router.params["P"], first.C or tuned.router.params["C"]
+        latency, drift = probed_latencies(routing, args.drift)
+        tuned = replace(tuned, latency=latency)
     plain = replace(tuned, adaptive=None)
     assert tuned.adaptive is not None
     knobs = tuned.adaptive.controller
@@ -173,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     strategies = {"adaptive": "adaptive", "b1": [1] * plain.num_models}
     strategies |= {f"static {list(b)}": list(b) for b in dict.fromkeys(bstar) if list(b) != [1] * plain.num_models}
     latency_source = "the scenario's tables" if args.backend == "emulated" else "calibration profiles of this machine"
+    if drift is not None and drift["mode"] == "scale":
+        latency_source += " times the drift probe's factors (as thresholds: auto scales them)"
     doc: dict[str, Any] = {
         "command": " ".join(["python", "benchmarks/adaptive_stack.py", *(argv or sys.argv[1:])]),
         "inputs": f"this run: {args.scenario} (routing, concurrency, controller knobs; latency: {latency_source}), "
@@ -182,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         "bstar": [list(b) for b in bstar], "phases": [{"duration_s": p.duration_s, "concurrency": p.concurrency,
                                                        "P": p.routing[0]} for p in phases], "stack": {},
     }  # fmt: skip
+    if drift is not None:
+        doc["drift_probe"] = drift
     if len(dict.fromkeys(bstar)) > 1:  # the oracle proper: each phase's B* set at its start
         strategies["oracle"] = list(bstar[0])
     with tempfile.TemporaryDirectory() as tmp:
