@@ -10,8 +10,8 @@ crossval stack probe's costs (``--stack``: host time per step and per request, h
 turnaround between a session's requests, delivery), each in steady state (the tokens and warm-up of the grid's own
 prediction) and over the cell's own protocol (from a cold start: the grid's warm-up seconds, then the seconds the
 cell's window measured; where a window holds a few request lifetimes or less, that is what the stack measured, not
-the steady state; its requests are the ones the bench sent, lengths and routing schedules, its first N those of the
-N clients' first requests, the rest in the order the clients' later ones were drawn). The probe is another run of
+the steady state; its requests are the ones the bench sent, lengths and routing schedules, each client's in its own
+order: the N first ones at once, then a client's next when its last ends). The probe is another run of
 the same stack on the same emulated engines (fixed 64-token requests at N = 2 and 16, a different hour), so the
 costs are out of sample for every cell; the grid's windows fit nothing (their length is the protocol, not a result).
 Writes the measured and simulated figures and their ratios per cell, and how many cells each simulator is within 5%
@@ -111,12 +111,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def replay_sent(config: SimConfig, cell: GridCell, lengths: Lengths) -> SimConfig:
     """``config`` sending the requests the bench sent (``trserve/bench/requests.py`` ``request_body``: client i's
-    k-th request, all N first ones at t = 0, later ones in k-major order): their lengths and, routed, their routing
-    schedules replayed (trace replay, as the server's ``schedule`` router follows them: no P for the policy)."""
+    k-th request, all N first ones at t = 0, each client's next when its last ends): their lengths and, routed,
+    their routing schedules replayed (trace replay, as the server's ``schedule`` router follows them: no P for the
+    policy)."""
     sent = sent_requests(cell.routing, cell.concurrency, cell.system != "llm-only", lengths)
     if isinstance(sent, LengthPairs):
-        return replace(config, workload=replace(config.workload, pairs=sent))
-    return with_traces(config, sent)
+        config = replace(config, workload=replace(config.workload, pairs=sent))
+    else:
+        config = with_traces(config, sent)
+    return replace(config, workload=replace(config.workload, pairs_by_client=True))
 
 
 @functools.cache

@@ -27,12 +27,15 @@ from trsim.workload import check_arrival_times
 class Windows:
     """Measured windows to simulate: each one's arrival times (seconds from its start; one may be empty), run for
     ``warmup_s`` then ``measure_s``. Latencies cover the requests that finished by the window's end, or with
-    ``in_window`` only those that finished inside the measured span (as the bench counts them)."""
+    ``in_window`` only those that finished inside the measured span (as the bench counts them). Each window runs
+    once per ``pair_offsets`` entry (the workload's ``pair_offset``: another assignment of its lengths and traces to
+    the same arrivals), every run pooled: the simulator's percentiles then rest on more than one draw of routes."""
 
     arrivals: tuple[tuple[float, ...], ...]
     warmup_s: float
     measure_s: float
     in_window: bool = False
+    pair_offsets: tuple[int, ...] = (0,)
 
     def __post_init__(self) -> None:
         if not self.arrivals:
@@ -41,6 +44,8 @@ class Windows:
             raise ConfigError("windows", f"needs warmup_s >= 0 and measure_s > 0, got {self.warmup_s}, "
                               f"{self.measure_s}")  # fmt: skip
         object.__setattr__(self, "arrivals", tuple(check_arrival_times(t) if t else () for t in self.arrivals))
+        if not self.pair_offsets:
+            raise ConfigError("windows.pair_offsets", "needs at least one offset")
 
     @property
     def end_s(self) -> float:
@@ -55,8 +60,9 @@ class Windows:
 
 def simulate_windows(config: SimConfig, windows: Windows, *, record_breakdown: bool = False) -> SimResult:
     """``config`` (its workload's lengths and sessions; its arrivals replaced by window k's times, its seed by
-    ``seed + k``) run over every window and pooled: ``throughput_tok_s`` is the mean over the windows of the tokens
-    committed in the measured span per second (``extra["windows_tok_s"]``: each window's); latencies, batch
+    ``seed + k``) run over every window (once per pair offset) and pooled: ``throughput_tok_s`` is the mean over
+    the runs of the tokens committed in the measured span per second (``extra["windows_tok_s"]``: each run's,
+    window-major); latencies, batch
     histograms and hand-offs cover every window; ``num_unfinished`` sums the requests still running at the
     windows' ends (``extra["backlog_at_end"]``: each window's). With ``record_breakdown``, ``extra["breakdown"]``
     is the per-request latency breakdown (``trsim.breakdown``) of the same requests; with KV memory,
@@ -65,12 +71,13 @@ def simulate_windows(config: SimConfig, windows: Windows, *, record_breakdown: b
     results: list[SimResult] = []
     timings: list[breakdown.Breakdown] = []
     tputs, backlogs = [], []
-    for k, times in enumerate(windows.arrivals):
+    runs = [(k, times, offset) for k, times in enumerate(windows.arrivals) for offset in windows.pair_offsets]
+    for k, times, offset in runs:
         if not times:
             tputs.append(0.0)
             backlogs.append(0)
             continue
-        workload = replace(config.workload, arrival="trace", arrival_times_s=times)
+        workload = replace(config.workload, arrival="trace", arrival_times_s=times, pair_offset=offset)
         sim = Simulation(replace(config, workload=workload, seed=config.seed + k), record_trace=record_breakdown)
         result = sim.run(time_s=windows.end_s, warmup_s=windows.warmup_s)
         parts.append(sim.stats)
@@ -106,7 +113,7 @@ def _pooled(
         committed=sum(r.committed_tokens for r in results),
         measured_tokens=0,
         measured_s=0.0,
-        simulated_s=len(windows.arrivals) * windows.end_s,
+        simulated_s=len(tputs) * windows.end_s,
         wall_s=sum(r.wall_s for r in results),
         num_unfinished=sum(backlogs),
         ticks_per_s=TICKS_PER_S,

@@ -40,6 +40,11 @@ class WorkloadConfig:
       ``prefix_cache`` each model's prefix cache still holds what it had consumed of the previous turns, so
       that part is not prefilled again (see ``trsim.latency.PrefixCachedModel``);
     * ``tag_traces``: session k replays trace ``k mod len(pairs)`` (trace-replay routing);
+    * ``pair_offset``: session k takes pair (and trace) ``k + pair_offset`` instead (another assignment of the
+      same pairs to the same arrivals);
+    * ``pairs_by_client`` (closed loop): ``pairs`` hold each client's requests in turn, client i's k-th at
+      ``k * concurrency + i`` (a bench's order), and a client's next request is its own next one (by default the
+      next session takes the next unstarted pair, whichever client finished);
     * ``staggered_start`` (closed loop): session i of the first ``concurrency`` writes (i + 1) / concurrency of its
       first request's drawn output, so requests end, and their successors start, spread over a lifetime: the
       steady state's mix of young and old requests instead of a synchronized wave (crossval's real client does
@@ -64,6 +69,8 @@ class WorkloadConfig:
     tag_traces: bool = False
     staggered_start: bool = False
     max_active: int | None = None
+    pairs_by_client: bool = False
+    pair_offset: int = 0
 
     def __post_init__(self) -> None:
         positive = {"concurrency": self.concurrency, "rate_per_s": self.rate_per_s, "turns": self.turns}
@@ -79,6 +86,8 @@ class WorkloadConfig:
                               f"concurrency); got {self.max_active} with arrival {self.arrival!r}")  # fmt: skip
         if self.tag_traces and self.pairs is None:
             raise ConfigError("workload.tag_traces", "needs length pairs taken from the traces")
+        if self.pairs_by_client and (self.pairs is None or self.arrival != "closed" or self.turns > 1):
+            raise ConfigError("workload.pairs_by_client", "needs length pairs in a closed loop of one-turn sessions")
         if self.arrival == "trace":  # stored as a tuple of floats, so the config stays hashable
             object.__setattr__(self, "arrival_times_s", check_arrival_times(self.arrival_times_s))
         elif self.arrival_times_s:
@@ -208,7 +217,8 @@ class WorkloadRunner:
             session.anchors = message.anchors
             self._after(self.config.think_time_s, lambda: self._submit_turn(session))
         elif self.config.arrival == "closed":
-            self._after(self.config.think_time_s, self._start_session)
+            index = session.index + self.config.concurrency if self.config.pairs_by_client else None
+            self._after(self.config.think_time_s, lambda: self._start_session(index))
 
     def _poisson_arrivals(self) -> Generator[simpy.Event, Any, None]:
         while not self.is_exhausted:
@@ -226,17 +236,18 @@ class WorkloadRunner:
                 return
             self._start_session()
 
-    def _start_session(self) -> None:
+    def _start_session(self, index: int | None = None) -> None:
+        """Start a session: ``index`` picks its pair (None: the next unstarted one)."""
         if self.is_exhausted:
             return
-        session = _Session(self.num_started, 0, 0, (0,) * self.num_models)
+        session = _Session(self.num_started if index is None else index, 0, 0, (0,) * self.num_models)
         self.num_started += 1
         self._submit_turn(session)
 
     def _submit_turn(self, session: _Session) -> None:
         cfg = self.config
         if cfg.pairs is not None:
-            num_prompt, num_output = cfg.pairs.pair(session.index)
+            num_prompt, num_output = cfg.pairs.pair(session.index + cfg.pair_offset)
         else:
             num_prompt, num_output = cfg.prompt_tokens.sample(self.rng), cfg.output_tokens.sample(self.rng)
         if session.turn > 0:
@@ -250,7 +261,7 @@ class WorkloadRunner:
         if session.turn > 0 and cfg.prefix_cache:
             extra[PREFIX_KEY] = session.anchors
         if cfg.tag_traces and cfg.pairs is not None:
-            extra[TRACE_KEY] = session.index % len(cfg.pairs.pairs)
+            extra[TRACE_KEY] = (session.index + cfg.pair_offset) % len(cfg.pairs.pairs)
         if extra:
             message = replace(message, extra=extra)
         self._sessions[rid] = session

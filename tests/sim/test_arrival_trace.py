@@ -11,7 +11,7 @@ import pytest
 from trcore import ConfigError
 from trsim import markov_config
 from trsim.driver import Simulation
-from trsim.lengths import constant
+from trsim.lengths import LengthPairs, constant
 from trsim.windows import Windows, simulate_windows
 from trsim.workload import WorkloadConfig
 
@@ -94,3 +94,18 @@ def test_a_window_cut_by_its_end_leaves_a_backlog():
     result = simulate_windows(config(), windows)
     assert result.extra["backlog_at_end"] == [1] and result.num_finished == 1
     assert result.throughput_tok_s == pytest.approx((3 + 1) / 0.535)
+
+
+def test_pair_offsets_run_each_window_once_per_assignment_of_the_pairs():
+    # One window, arrivals at 0 and 0.5 s; pairs write 2, 5 and 9 tokens. Offset 0 gives the arrivals 2 and 5
+    # tokens, offset 1 gives them 5 and 9: 7 and 14 tokens over the 1 s window, pooled as two runs.
+    pairs = LengthPairs(((4, 2), (4, 5), (4, 9)))
+    wl = WorkloadConfig(arrival="trace", arrival_times_s=(0.0, 0.5), pairs=pairs)
+    windows = Windows(((0.0, 0.5),), warmup_s=0.0, measure_s=1.0, pair_offsets=(0, 1))
+    result = simulate_windows(markov_config([[1.0]], None, [STEP_S], [1], 1, wl), windows)
+    assert result.extra["windows_tok_s"] == pytest.approx([7.0, 14.0])
+    assert result.throughput_tok_s == pytest.approx(10.5) and result.num_finished == 4
+    # End-to-end: 2, 5, 5 and 9 steps of 10 ms: the pooled median between the two middle ones, 50 ms.
+    assert result.latency_p50_s == pytest.approx(0.05)
+    with pytest.raises(ConfigError, match="pair_offsets"):
+        Windows(((0.0,),), 0.0, 1.0, pair_offsets=())

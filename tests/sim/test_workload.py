@@ -8,7 +8,7 @@ import pytest
 from trcore import ConfigError
 from trsim import PRESETS, markov_config, preset, simulate
 from trsim.latency import make_latency_model
-from trsim.lengths import LengthDist, lognormal, read_length_pairs
+from trsim.lengths import LengthDist, LengthPairs, lognormal, read_length_pairs
 
 
 def test_length_distributions_respect_their_bounds():
@@ -93,3 +93,22 @@ def test_a_staggered_closed_loop_shortens_only_the_first_requests():
     single = markov_config([[1.0]], None, [0.01], [1], 4, replace(wl, staggered_start=True))
     assert simulate(single).committed_tokens == 450
     assert simulate(markov_config([[1.0]], None, [0.01], [1], 4, wl)).committed_tokens == 600  # unstaggered
+
+
+def test_pairs_by_client_give_each_client_its_own_next_request():
+    # Two clients, pairs laid out client by client (k * 2 + i): client 0 writes 10 then 5 tokens, client 1 writes
+    # 2 then 1. Client 1 ends first (step 2); three sessions in all. Its own next request writes 1 token:
+    # 10 + 2 + 1 = 13 committed. Without pairs_by_client it takes the next unstarted pair (client 0's 5 tokens).
+    pairs = LengthPairs(((1, 10), (1, 2), (1, 5), (1, 1)))
+    wl = replace(preset("endless"), pairs=pairs, concurrency=2, num_sessions=3)
+    by_client = markov_config([[1.0]], None, [0.01], [1], 2, replace(wl, pairs_by_client=True))
+    assert simulate(by_client).committed_tokens == 10 + 2 + 1
+    assert simulate(markov_config([[1.0]], None, [0.01], [1], 2, wl)).committed_tokens == 10 + 2 + 5
+
+
+def test_pairs_by_client_needs_pairs_in_a_closed_loop():
+    with pytest.raises(ConfigError, match="pairs_by_client"):
+        replace(preset("endless"), pairs_by_client=True)
+    pairs = LengthPairs(((1, 10),))
+    with pytest.raises(ConfigError, match="pairs_by_client"):
+        replace(preset("endless"), pairs=pairs, arrival="poisson", pairs_by_client=True)

@@ -192,7 +192,7 @@ def sim_result(
     )
     config = with_traces(base, traces)
     if isinstance(load, Replay):
-        return simulate_windows(config, load.windows(), record_breakdown=True)
+        return simulate_windows(config, load.windows(len(traces)), record_breakdown=True)
     warmup = warmup_tokens(traces, load)
     sim = Simulation(config, record_trace=True)
     result = sim.run(time_s=sim_s, warmup_tokens=warmup)

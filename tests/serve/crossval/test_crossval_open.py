@@ -8,6 +8,7 @@ import asyncio
 import json
 import time
 import traceback
+from dataclasses import replace
 
 import pytest
 import typer
@@ -56,7 +57,8 @@ def test_rate_cells_run_the_given_vectors_or_every_threshold_1():
 def test_the_simulator_replays_the_scored_repeats_arrivals_over_the_cells_window():
     # 8-token requests all on a 10 ms small model at 20 requests/s: every active request is in every step, so a
     # request commits its 8 tokens within 90 ms of its arrival (a step in progress, then 8). Each scored repeat's
-    # draw (seeds 4 + 1, 4 + 2) is replayed over 0.5 + 3 s, its tokens counted in [0.5, 3.5) only.
+    # draw (seeds 4 + 1, 4 + 2) is replayed over 0.5 + 3 s, its tokens counted in [0.5, 3.5) only, once per
+    # assignment of the traces: 8 assignments of 4 traces are the 4 offsets 0-3, so 2 x 4 runs.
     traces = [RequestTrace(f"r{k}", (TraceStep(0, 0, True),) * 8, 20, 8) for k in range(4)]
     calibration = Calibration(("a", "b"), (ConstantModel(0.010), ConstantModel(0.020)))
     plan = make_plan(2, [], default_routers()[:1], [(1, 1)], rates=[20], repeats=3, arrival_seed=4, warmup_s=0.5,
@@ -66,16 +68,18 @@ def test_the_simulator_replays_the_scored_repeats_arrivals_over_the_cells_window
     result = sim_result(traces, calibration, replay, (1, 1), 8, 30.0)  # sim_s is the closed loop's only
     draws = [draw_arrivals(20.0, 0.5, 3.0, seed).times_s for seed in (5, 6)]
     assert draws[0] == cell_arrivals(20.0, ClientWorkload(((1,),), 8, 0.5, 3.0), 5).times_s  # the real side's
-    for times, tok_s in zip(draws, result.extra["windows_tok_s"], strict=True):
+    runs = [times for times in draws for _ in range(4)]  # window-major
+    assert replay.assignments == 8 and len(result.extra["windows_tok_s"]) == 8
+    for times, tok_s in zip(runs, result.extra["windows_tok_s"], strict=True):
         inside = sum(t >= 0.5 and t + 0.09 < 3.5 for t in times)  # every token in the window
         touching = sum(t + 0.09 >= 0.5 and t < 3.5 for t in times)  # some token in the window
         assert 8 * inside / 3.0 <= tok_s <= 8 * touching / 3.0
-    assert result.throughput_tok_s == pytest.approx(sum(result.extra["windows_tok_s"]) / 2)
-    assert result.simulated_s == pytest.approx(2 * 3.5)
+    assert result.throughput_tok_s == pytest.approx(sum(result.extra["windows_tok_s"]) / 8)
+    assert result.simulated_s == pytest.approx(8 * 3.5)
     # Every arrival finishes, or is still running at the end: then it arrived in the window's last 90 ms.
     backlog = result.extra["backlog_at_end"]
-    assert result.num_finished + sum(backlog) == sum(map(len, draws)) == result.num_finished + result.num_unfinished
-    assert all(n <= sum(t + 0.09 >= 3.5 for t in times) for n, times in zip(backlog, draws, strict=True))
+    assert result.num_finished + sum(backlog) == sum(map(len, runs)) == result.num_finished + result.num_unfinished
+    assert all(n <= sum(t + 0.09 >= 3.5 for t in times) for n, times in zip(backlog, runs, strict=True))
     assert 8 * 0.010 <= result.latency_p50_s <= result.latency_p99_s <= 0.09 + 1e-9
     assert result.extra["breakdown"]["num_requests"] == result.num_finished
     with pytest.raises(TypeError, match="replays arrival times"):
@@ -90,7 +94,7 @@ def test_the_replayed_arrivals_wait_for_the_servers_admission_limit():
     calibration = Calibration(("a", "b"), (ConstantModel(0.010), ConstantModel(0.020)))
     plan = make_plan(2, [], default_routers()[:1], [(1, 1)], rates=[20], repeats=2, arrival_seed=4, warmup_s=0.5,
                      measure_s=3.0)  # fmt: skip
-    replay = scored_replay(plan, Rate(20.0), max_active=1)
+    replay = replace(scored_replay(plan, Rate(20.0), max_active=1), assignments=1)  # identical traces: one will do
     assert replay_of(replay.to_dict() | {"rate_rps": 20.0}) == replay and replay.to_dict()["sim_max_active"] == 1
     result = sim_result(traces, calibration, replay, (1, 1), 8, 30.0)
     times = draw_arrivals(20.0, 0.5, 3.0, 5).times_s  # the scored repeat's (seed 4 + 1)
