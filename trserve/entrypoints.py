@@ -20,6 +20,7 @@ WORKERS: dict[str, str] = {
     "crossval-subserver": "trserve.crossval.worker",  # a subserver that also records its steps
     "bench-direct": "trserve.bench.direct",  # plain vLLM driven directly: the overhead reference
     "crossval-rediagnose": "trserve.crossval.rediagnose",  # re-derives a written crossval run's diagnosis
+    "crossval-repredict": "trserve.crossval.repredict",  # re-simulates a written crossval run with today's simulator
     "vllm-openai-server": "vllm.entrypoints.openai.api_server",  # vLLM's own server: what a user runs instead
     "vllm-bench-serve": "trserve.bench.vllm_client",  # vLLM's own benchmark client (`vllm bench serve`)
 }

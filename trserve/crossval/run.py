@@ -128,10 +128,7 @@ def run_crossval(
     factors = drift.factors if drift is not None else [1.0] * cfg.num_models
     inputs = input_runs(plan, runs)
     cells, routing, traces, stats = predict_cells(cfg, plan, calibration, factors, runs, inputs, sim_s, progress)
-    summary = summarize(cells)
-    for router, entry in summarize_fidelity(cells).items():
-        summary[router] |= entry
-        summary[router]["out_of_sample"] = plan.repeats >= 2
+    summary = summarize_cells(cells, plan.repeats >= 2)
     contexts = {r: (routing[r]["typical_context"], routing[r]["typical_extend"]) for r in traces}
     diagnosis = add_rescaled_predictions(cells, stats, traces, calibration, contexts, max_batch_of(cfg), sim_s)
     doc = {
@@ -154,6 +151,15 @@ def run_crossval(
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     return doc, traces
+
+
+def summarize_cells(cells: list[dict[str, Any]], out_of_sample: bool) -> dict[str, Any]:
+    """Per router: the predictors' errors, the latency fidelity's, and whether the cells were out of sample."""
+    summary = summarize(cells)
+    for router, entry in summarize_fidelity(cells).items():
+        summary[router] |= entry
+        summary[router]["out_of_sample"] = out_of_sample
+    return summary
 
 
 def inputs_note(plan: CrossvalPlan) -> str:

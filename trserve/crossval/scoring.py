@@ -24,6 +24,7 @@ from trserve.crossval.predict import (
 )
 from trserve.crossval.report import add_errors
 from trserve.crossval.sim_open import Replay, scored_replay
+from trsim.metrics import SimResult
 
 Progress = Callable[[str], None]
 #: One measured cell: (repeat, router, load (N or rate), thresholds, what it measured).
@@ -98,14 +99,21 @@ def predict_cells(
             for b in vectors:
                 sim = sim_result(replay, predictor, sim_load, b, cap, sim_s)
                 cell = score_cell(cfg, plan, router.name, load, b, runs, scored, calibration, context, extend)
-                cell |= {"model_tok_s": model_tok_s[b], "sim_tok_s": sim.throughput_tok_s}
-                cell |= sim_load.to_dict() if isinstance(sim_load, Replay) else {}
-                cell["memory"]["sim"] = (sim.extra or {}).get("kv")
-                cell["fidelity"]["sim"] = sim_fidelity(sim, cfg.entry_model)
-                cell["fidelity"]["sim_vs_real"] = compare(cell["fidelity"]["real"], cell["fidelity"]["sim"])
-                cells.append(add_errors(cell))
+                cell["model_tok_s"] = model_tok_s[b]
+                cells.append(add_simulation(cell, sim, sim_load, cfg.entry_model))
             progress(f"predicted {router.name} {load if isinstance(load, Rate) else f'N={load}'}")
     return cells, routing, traces, stats_by_router
+
+
+def add_simulation(cell: dict[str, Any], sim: SimResult, sim_load: int | Replay, entry_model: int) -> dict[str, Any]:
+    """``cell`` with the simulator's figures (throughput, the arrivals a rate cell replayed, memory, fidelity beside
+    the real side's) and every predictor's error."""
+    cell["sim_tok_s"] = sim.throughput_tok_s
+    cell |= sim_load.to_dict() if isinstance(sim_load, Replay) else {}
+    cell["memory"]["sim"] = (sim.extra or {}).get("kv")
+    cell["fidelity"]["sim"] = sim_fidelity(sim, entry_model)
+    cell["fidelity"]["sim_vs_real"] = compare(cell["fidelity"]["real"], cell["fidelity"]["sim"])
+    return add_errors(cell)
 
 
 def send_lag(inputs: Sequence[Measured], router: str, rate: Rate) -> float:

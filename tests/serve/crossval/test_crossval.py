@@ -15,6 +15,7 @@ from tests.serve.synthetic_profiles import by_hand, write_profiles
 from tokenrouter.commands.crossval import crossval
 from trserve.crossval.plan import default_routers, make_plan, threshold_vectors
 from trserve.crossval.report import add_errors, summarize
+from trserve.crossval.repredict import repredict_outputs
 
 app = typer.Typer()
 app.command()(crossval)
@@ -119,6 +120,19 @@ def test_tiny_grid_end_to_end_on_the_local_pair(tmp_path, prepared_pair):
     for name in ("markov", "rstitch"):
         _check_predicted_from_repeat_0(doc, name, out / f"traces-{name}.jsonl")
         _check_errors_from_the_values_shown(doc, name)
+    check_repredicted_as_written(out, doc)
+
+
+def check_repredicted_as_written(out, doc):
+    """Predicting a written run again from its folder alone, with the simulator that wrote it, gives the same
+    figures: every input the simulator took (traces, profiles, stack costs, KV pools, drift factors, arrivals) was
+    written down."""
+    again = repredict_outputs(str(out))
+    assert again["repredicted"]["measured"] == doc["created"]
+    for old, new in zip(doc["cells"], json.loads(json.dumps(again["cells"])), strict=True):
+        assert new["sim_tok_s"] == old["sim_tok_s"] and new["measured_tok_s"] == old["measured_tok_s"]
+        assert new["fidelity"]["sim"] == old["fidelity"]["sim"] and new["memory"]["sim"] == old["memory"]["sim"]
+    assert json.loads((out / "crossval.json").read_text())["summary"] == json.loads(json.dumps(doc["summary"]))
 
 
 def _check_breakdown_adds_up(parts, side, probed_delivery_ms):

@@ -14,6 +14,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from tests.serve.crossval.test_crossval import check_repredicted_as_written
 from tokenrouter.commands.crossval import crossval
 from trcore.traces import RequestTrace, TraceStep
 from trserve.bench.arrivals import Arrivals, poisson
@@ -24,7 +25,7 @@ from trserve.crossval.open_client import OpenClient, cell_arrivals, draw_arrival
 from trserve.crossval.plan import Rate, default_routers, make_plan
 from trserve.crossval.predict import Calibration, routing_stats, sim_result
 from trserve.crossval.report import markdown_table, summarize
-from trserve.crossval.sim_open import replay_of, scored_replay
+from trserve.crossval.sim_open import TRACE_ASSIGNMENTS, replay_of, scored_replay
 from trsim.latency import ConstantModel
 
 app = typer.Typer()
@@ -216,3 +217,5 @@ def test_emulated_open_loop_run(tmp_path):
     assert sim["breakdown"]["num_requests"] == sim["num_requests"] > 0
     assert doc["plan"]["rates"] == [20.0] and doc["summary"]["markov"]["model_median_rel_error"] is None
     assert "| markov | 20 req/s (" in (out / "crossval.md").read_text()
+    assert cell["sim_trace_assignments"] == TRACE_ASSIGNMENTS
+    check_repredicted_as_written(out, doc)
