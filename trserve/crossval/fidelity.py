@@ -70,8 +70,10 @@ def off_entry_share(request_steps: Sequence[int], entry_model: int) -> float:
     return (total - request_steps[entry_model]) / total if total else 0.0
 
 
-def histogram_distance(a: Mapping[int, int], b: Mapping[int, int]) -> float | None:
-    """Total-variation distance between two batch-size histograms (0 = the same distribution, 1 = disjoint)."""
+def histogram_distance(a: Mapping[Any, int], b: Mapping[Any, int]) -> float | None:
+    """Total-variation distance between two batch-size histograms (0 = the same distribution, 1 = disjoint); keys
+    may be batch sizes or their strings (a histogram read back from JSON)."""
+    a, b = ({int(k): v for k, v in h.items()} for h in (a, b))
     na, nb = sum(a.values()), sum(b.values())
     if not na or not nb:
         return None

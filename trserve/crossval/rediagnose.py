@@ -16,7 +16,7 @@ from trcore.routing_stats import estimate_routing_stats
 from trcore.traces import RequestTrace
 from trserve.config import ServeConfig
 from trserve.crossval.diagnose import add_rescaled_predictions
-from trserve.crossval.predict import Calibration, kv_for_sim, load_calibration
+from trserve.crossval.predict import Calibration, emulated_calibration, kv_for_sim, load_calibration
 from trserve.crossval.run import write_outputs
 from trserve.crossval.scoring import max_batch_of
 from trserve.crossval.stack import stack_from_doc
@@ -30,7 +30,10 @@ def read_run(folder: Path) -> tuple[dict[str, Any], ServeConfig, Calibration, di
         raise ConfigError("DIR", f"{folder} holds no crossval.json")
     doc = json.loads((folder / "crossval.json").read_text())
     cfg = ServeConfig.model_validate(doc["config"])
-    calibration = load_calibration(Path(doc["profiles"][0]).parent, [m.name for m in cfg.models])
+    if doc["profiles"][0].startswith("emulated:"):  # the engines' own latencies
+        calibration = emulated_calibration(cfg)
+    else:
+        calibration = load_calibration(Path(doc["profiles"][0]).parent, [m.name for m in cfg.models])
     pools = {int(m): t for m, t in doc.get("memory", {}).get("kv_capacity_tokens", {}).items()}
     calibration = replace(calibration, stack=stack_from_doc(doc.get("stack")), kv=kv_for_sim(cfg, pools))
     traces = {r: read_traces(folder / f"traces-{r}.jsonl", cfg.num_models) for r in doc["summary"]}

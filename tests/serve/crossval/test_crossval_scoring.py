@@ -29,6 +29,7 @@ def test_real_fidelity_by_hand_and_the_comparison_with_a_simulated_run():
     assert real["handoffs_per_token"] == pytest.approx(2 / 4) and real["llm_step_share"] == pytest.approx(1 / 6)
     assert histogram_distance({1: 1, 2: 1}, {2: 2}) == pytest.approx(0.5)
     assert histogram_distance({1: 3}, {}) is None
+    assert histogram_distance({"1": 1, "2": 1}, {2: 2}) == pytest.approx(0.5)  # read back from JSON
     sim = {**real, "ttft_p50": 2.2, "tpot_p99": None, "batch_histograms": [{2: 3}, {1: 5}], "llm_step_share": 0.25}
     diff = compare(real, sim)
     assert diff["latency_rel_error"]["ttft_p50"] == pytest.approx(0.1) and diff["latency_rel_error"]["tpot_p99"] is None
