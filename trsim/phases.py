@@ -50,10 +50,10 @@ class PhasedWorkload(WorkloadRunner):
         self._has_started = True
         super().start()
 
-    def _start_session(self) -> None:
+    def _start_session(self, index: int | None = None) -> None:
         if not self.is_exhausted:
             self.num_live += 1
-        super()._start_session()
+        super()._start_session(index)
 
     def on_finish(self, message: PeerReq, now: float) -> None:
         session = self._sessions.get(message.request_id)
