@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -66,5 +67,20 @@ def diagnose_outputs(out_dir: str) -> dict[str, Any]:
     return doc
 
 
+def dir_command(action: Callable[[str], Any], module: str, argv: list[str] | None = None) -> int:
+    """``python -m <module> DIR``: run ``action`` on DIR; a wrong call or a folder it cannot use is one line on
+    stderr and exit status 2."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print(f"usage: python -m {module} DIR", file=sys.stderr)
+        return 2
+    try:
+        action(args[0])
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 if __name__ == "__main__":
-    diagnose_outputs(sys.argv[1])
+    sys.exit(dir_command(diagnose_outputs, "trserve.crossval.rediagnose"))

@@ -20,7 +20,7 @@ from typing import Any
 from trserve.crossval.diagnose import rescaled
 from trserve.crossval.plan import Rate, cell_load
 from trserve.crossval.predict import sim_result
-from trserve.crossval.rediagnose import read_run, rediagnose, write_again
+from trserve.crossval.rediagnose import dir_command, read_run, rediagnose, write_again
 from trserve.crossval.run import summarize_cells
 from trserve.crossval.scoring import add_simulation, max_batch_of
 from trserve.crossval.sim_open import TRACE_ASSIGNMENTS, Replay, replay_of
@@ -51,4 +51,4 @@ def repredict_outputs(out_dir: str) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    repredict_outputs(sys.argv[1])
+    sys.exit(dir_command(repredict_outputs, "trserve.crossval.repredict"))

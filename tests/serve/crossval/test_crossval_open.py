@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 import traceback
 from dataclasses import replace
@@ -219,3 +221,11 @@ def test_emulated_open_loop_run(tmp_path):
     assert "| markov | 20 req/s (" in (out / "crossval.md").read_text()
     assert cell["sim_trace_assignments"] == TRACE_ASSIGNMENTS
     check_repredicted_as_written(out, doc)
+
+
+@pytest.mark.parametrize("module", ["trserve.crossval.repredict", "trserve.crossval.rediagnose"])
+def test_a_written_run_command_refuses_a_bad_folder_in_one_line(tmp_path, module):
+    for args, message in (([str(tmp_path)], "holds no crossval.json"), ([], "usage: python -m")):
+        done = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
