@@ -87,7 +87,7 @@ def probed_latencies(routing: tuple[Any, Any], mode: str) -> tuple[tuple[Any, ..
     machine's shared CPUs its default placement times the engines serving ``routing`` together, as they will be;
     ``skip``: the profiles as they are), and the probe's record."""
     from trserve.crossval.drift import serve_drift_probe
-    from trserve.server.drift import assess
+    from trserve.server.drift import DEFAULT_TOLERANCE, assess
     from trsim.latency import ScaledModel
 
     profiles = profile_latencies()
@@ -96,7 +96,7 @@ def probed_latencies(routing: tuple[Any, Any], mode: str) -> tuple[tuple[Any, ..
     config = vllm_config(None, {})
     config["router"] = {"program": "markov", "params": {"P": routing[0], "C": routing[1], "seed": 0}}
     cfg = ServeConfig.model_validate(config)
-    drift = assess(serve_drift_probe(cfg, profiles), mode, 0.05, [m.name for m in cfg.models])
+    drift = assess(serve_drift_probe(cfg, profiles), mode, DEFAULT_TOLERANCE, [m.name for m in cfg.models])
     scaled = tuple(ScaledModel(m, f) for m, f in zip(profiles, drift.factors, strict=True))
     record = {"mode": mode, "placement": drift.placement, "ratios": drift.ratios, "factors": drift.factors,
               "num_steps": drift.num_steps}  # fmt: skip

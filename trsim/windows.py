@@ -64,7 +64,7 @@ def simulate_windows(config: SimConfig, windows: Windows, *, record_breakdown: b
     the runs of the tokens committed in the measured span per second (``extra["windows_tok_s"]``: each run's,
     window-major); latencies, batch
     histograms and hand-offs cover every window; ``num_unfinished`` sums the requests still running at the
-    windows' ends (``extra["backlog_at_end"]``: each window's). With ``record_breakdown``, ``extra["breakdown"]``
+    windows' ends (``extra["backlog_at_end"]``: each run's). With ``record_breakdown``, ``extra["breakdown"]``
     is the per-request latency breakdown (``trsim.breakdown``) of the same requests; with KV memory,
     ``extra["kv"]`` lists each window's memory summary. A window without arrivals commits nothing."""
     parts: list[RunStats] = []

@@ -30,8 +30,7 @@ def repredict_outputs(out_dir: str) -> dict[str, Any]:
     """Re-simulate every cell of the run written under ``out_dir`` and rewrite its outputs (see the module)."""
     folder = Path(out_dir)
     doc, cfg, calibration, traces = read_run(folder)
-    drift = doc.get("drift", {})
-    factors = drift["factors"] if drift.get("action") == "scaled" else [1.0] * cfg.num_models
+    factors = doc["drift"].get("factors", [1.0] * cfg.num_models)  # as the run applied them (1.0 unless scaled)
     predictor, cap = rescaled(calibration, factors), max_batch_of(cfg)
     for cell in doc["cells"]:
         load = cell_load(cell)
