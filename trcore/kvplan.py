@@ -46,6 +46,8 @@ class _Launch:
     now: float
     chosen: list[Request] = field(default_factory=list)
     evicted: list[str] = field(default_factory=list)
+    #: (len(chosen), len(evicted)) when last computed, and the blocks free plus those the policy would spill.
+    room: tuple[tuple[int, int], int] | None = None
 
 
 class KVMemory:
@@ -129,6 +131,8 @@ class KVMemory:
             target = self._target_tokens(req)
             if not self.ledger.fits_ever(target):
                 unservable.append(req)
+            elif self._beyond_reach(req, target, launch):
+                self._note_wait(req)
             elif self._make_room(req, target, launch):
                 self._reserve(req, target, model)
                 launch.chosen.append(req)
@@ -178,14 +182,33 @@ class KVMemory:
         if victims is not None and allowed:
             self._spill([v.request_id for v in victims], launch.evicted, preempted=False)
             return True
-        if not holds and rid not in self.spilled and req.num_output_tokens == 0:
+        if not holds:
+            self._note_wait(req)
+            return False  # it waits for room: only a request under way here may preempt others
+        return self._preempt(req, target, launch)
+
+    def _beyond_reach(self, req: Request, target: int, launch: _Launch) -> bool:
+        """Whether ``req``, holding no KV here, would not fit even if every session the policy ranks were spilled:
+        it waits. :meth:`_make_room`'s answer for such a request, in one comparison: the room is summed once per
+        state of the launch, so a long queue waiting for memory costs a launch little (admission-limit at N = 128
+        keeps ~100 waiting)."""
+        blocks = self.ledger.budget.blocks_for(target)
+        if self.ledger.holds(req.spec.request_id) or blocks <= self.ledger.num_free:
+            return False
+        state = (len(launch.chosen), len(launch.evicted))
+        if launch.room is None or launch.room[0] != state:
+            spillable = sum(s.num_blocks for s in self._parked_ranked(launch))
+            launch.room = (state, self.ledger.num_free + spillable)
+        return blocks > launch.room[1]
+
+    def _note_wait(self, req: Request) -> None:
+        """``req`` holds no KV here and got none: a new request (never spilled, nothing written) waits at admission."""
+        rid = req.spec.request_id
+        if rid not in self.spilled and req.num_output_tokens == 0:
             self.stats.waiting_now.add(rid)
             if rid not in self.stats.waited:
                 self.stats.waited.add(rid)
                 self.stats.num_admission_waits += 1
-        if not holds:
-            return False  # it waits for room: only a request under way here may preempt others
-        return self._preempt(req, target, launch)
 
     def _preempt(self, req: Request, target: int, launch: _Launch) -> bool:
         """Free parked sessions and waiting requests not in this step (newest first) until ``req`` fits; False if

@@ -98,6 +98,24 @@ def test_an_idle_model_lets_a_request_in_by_spilling_rather_than_stand_still():
     assert batch is not None and batch.request_ids == ["r1"] and batch.evicted == ("r0",)
 
 
+def test_a_request_beyond_reach_waits_and_a_smaller_one_behind_it_spills_its_way_in():
+    # 4 blocks of 4 tokens: r0 parks with 2 blocks, r2 runs with 1, 1 is free. "big" needs all 4: even with r0
+    # spilled only 3 are free, so it waits without spilling anything; "small", behind it, needs 2 and gets them
+    # by spilling r0 (LRU always may).
+    mem = KVMemory(KVBudget(num_blocks=4, block_size=4), LRUSpill())
+    sub = small_model(mem, {"r0": [(1, True)], "r2": [(0, True)] * 8})
+    sub.receive(make_arrival("r0", prompt=tuple(range(7)), max_tokens=8), 0.0)
+    sub.receive(make_arrival("r2", prompt=(1, 2, 3), max_tokens=8), 0.0)
+    step(sub, [10, 20], 1.0)
+    assert mem.ledger.num_free == 1 and mem.ledger.blocks_of("r0") == 2
+    sub.receive(make_arrival("big", prompt=tuple(range(13)), max_tokens=3), 2.0)
+    sub.receive(make_arrival("small", prompt=tuple(range(6)), max_tokens=3), 2.0)
+    batch, _ = step(sub, [21, 30], 3.0)
+    assert batch.request_ids == ["r2", "small"] and batch.evicted == ("r0",)
+    assert mem.stats.waiting_now == {"big"} and mem.stats.num_admission_waits == 1
+    assert not mem.ledger.holds("big") and mem.stats.num_spilled == 1
+
+
 def test_running_request_preempts_the_newest_waiting_one_when_nothing_is_parked():
     mem = KVMemory(KVBudget(num_blocks=2, block_size=4), CostSpill())
     sub = Subserver(ScriptedProgram(0, 1, {}), BatchingPolicy(threshold=1, max_batch=2), memory=mem)
