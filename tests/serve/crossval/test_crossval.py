@@ -102,6 +102,10 @@ def test_tiny_grid_end_to_end_on_the_local_pair(tmp_path, prepared_pair):
     assert all(n > 0 for n in drift["num_steps"]) and all(r > 0 for r in drift["ratios"])
     assert drift["placement"].startswith("serving")  # auto: the real engines share this machine's CPUs
     assert "Drift probe: the engines stepped at" in (out / "crossval.md").read_text()
+    lines = result.output.splitlines()  # the probe ran after the input repeat, before the scored one
+    probe_at = next(i for i, line in enumerate(lines) if line.startswith("drift probe:"))
+    assert max(i for i, line in enumerate(lines) if "-r0:" in line) < probe_at
+    assert probe_at < min(i for i, line in enumerate(lines) if "-r1:" in line)
     cells = doc["cells"]
     assert [(c["router"], c["concurrency"], c["thresholds"]) for c in cells] == [
         (r, 2, b) for r in ("markov", "rstitch") for b in ([1, 1], [2, 1])
