@@ -69,10 +69,9 @@ async def measure(
     any) on one server start; also returns each model's KV pool in tokens, as its engine reported it.
 
     With two or more repeats the drift probe runs after the input repeat (repeat 0), before the scored ones: the
-    engines step slower in their first minutes than later (the input repeat ran 7% slower than the scored ones at
-    the median cell on the CPU pair, and every probe run at start-up there saw slower engines than the cells then
-    ran), so a probe at start-up times engines the scored cells never meet. Still out of sample: the probe's
-    windows are its own. With one repeat it runs first."""
+    closest to the scored cells it can be while its windows stay its own (out of sample). The machine's speed
+    moves over a run (on the CPU pair the input repeat ran 2-8% slower than the scored ones at the median cell).
+    With one repeat it runs first."""
     cap = max_batch_of(cfg)
     runs: list[Measured] = []
     costs, drift = None, None
