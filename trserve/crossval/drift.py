@@ -102,12 +102,13 @@ async def probe_steps(
     max_batch: int,
     serving: ProgramChoice | None = None,
     models: Sequence[int] | None = None,
+    max_tokens: int = PROBE_MAX_TOKENS,
 ) -> list[StepRecord]:
     """Run the probe cells on a server that holds no request; returns their in-window steps. With ``serving``
     (a routing program) every engine steps at once under that program's routing, at each probe concurrency;
-    else each of ``models`` (default: all) alone in turn."""
+    else each of ``models`` (default: all) alone in turn. Each request writes ``max_tokens`` tokens."""
     short = replace(
-        workload, max_tokens=PROBE_MAX_TOKENS, output_lengths=(), warmup_s=PROBE_WARMUP_S, measure_s=PROBE_MEASURE_S
+        workload, max_tokens=max_tokens, output_lengths=(), warmup_s=PROBE_WARMUP_S, measure_s=PROBE_MEASURE_S
     )
     policies = [BatchingPolicy(threshold=1, max_wait_s=None, max_batch=max_batch)] * num_models
     steps: list[StepRecord] = []
@@ -123,9 +124,9 @@ async def probe_steps(
     return steps
 
 
-def probe_context(workload: ClientWorkload) -> int:
+def probe_context(workload: ClientWorkload, max_tokens: int = PROBE_MAX_TOKENS) -> int:
     """Mean context of a probe decode step: mean prompt plus half the probe's output."""
-    return max(1, round(sum(map(len, workload.prompts)) / len(workload.prompts) + PROBE_MAX_TOKENS / 2))
+    return max(1, round(sum(map(len, workload.prompts)) / len(workload.prompts) + max_tokens / 2))
 
 
 async def measure_on(

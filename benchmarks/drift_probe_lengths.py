@@ -1,0 +1,98 @@
+"""Does the drift probe's request length explain why the CPU pair's crossval cells step faster than it says?
+
+    python benchmarks/drift_probe_lengths.py [--profiles calibration/crossval/cpu-2core] [--rounds 3]
+        [--out calibration/crossval/cpu-2core/probe-lengths/probe-lengths.json]
+
+One engine start of the default config (the local CPU pair, real vLLM engines), the crossval ``fixed`` workload
+and its ``markov`` router. Each round runs, in this order: the serving drift probe as crossval runs it (32-token
+requests at N = 1, 2, 4), the same probe with the cells' 64-token requests, and three crossval cells (64 tokens,
+B = (1, 1), N = 1, 4, 8; 2 s warm-up, 7 s window). Every part's pure decode and hand-off steps are compared with
+the profiles at its own context (``trserve.crossval.drift.step_ratios``): per model the median ratio and the
+median per batch size. A probe that predicts the cells would find their ratios; the JSON holds every part's, each
+round's, so the spread between rounds is beside the difference between the probes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from tokenrouter.commands.serve import _load
+from trcore import BatchingPolicy
+from trserve.crossval.drift import PROBE_MAX_TOKENS, probe_config, probe_context, probe_steps, step_ratios
+from trserve.crossval.harness import crossval_server, run_cell
+from trserve.crossval.messages import ProgramChoice
+from trserve.crossval.plan import default_routers
+from trserve.crossval.predict import Calibration, load_calibration
+from trserve.crossval.workloads import make_workload
+
+CELL_TOKENS = 64
+CELL_CONCURRENCIES = (1, 4, 8)
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profiles", default="calibration/crossval/cpu-2core")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", default="calibration/crossval/cpu-2core/probe-lengths/probe-lengths.json")
+    return parser.parse_args()
+
+
+def ratios_doc(steps: list[Any], calibration: Calibration, context: int) -> dict[str, Any]:
+    measured = step_ratios(steps, calibration, context, 2, appends=True)
+    return {"context": context, "ratios": measured.ratios, "num_steps": measured.num_steps,
+            "per_batch": [{str(b): r for b, r in d.items()} for d in measured.per_batch]}  # fmt: skip
+
+
+async def one_round(frontend: Any, calibration: Calibration, cfg: Any, program: ProgramChoice) -> dict[str, Any]:
+    workload = make_workload("fixed", cfg, CELL_TOKENS, 2.0, 7.0)
+    cap = min(m.max_num_seqs for m in cfg.models)
+    out: dict[str, Any] = {}
+    for tokens in (PROBE_MAX_TOKENS, CELL_TOKENS):
+        steps = await probe_steps(frontend, workload, 2, cap, program, max_tokens=tokens)
+        out[f"probe_{tokens}"] = ratios_doc(steps, calibration, probe_context(workload, tokens))
+    policies = [BatchingPolicy(threshold=1, max_wait_s=None, max_batch=cap)] * 2
+    for n in CELL_CONCURRENCIES:
+        run = await run_cell(frontend, lambda m: program, policies, n, workload, f"cell-n{n}")
+        out[f"cell_n{n}"] = {**ratios_doc(run.steps, calibration, probe_context(workload, CELL_TOKENS)),
+                             "tok_s": run.throughput_tok_s}  # fmt: skip
+    return out
+
+
+async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    cfg = probe_config(_load(None, None, None))
+    calibration = load_calibration(args.profiles, [m.name for m in cfg.models])
+    markov = default_routers()[0]
+    program = ProgramChoice.of(markov.program, markov.params)
+    rounds = []
+    async with crossval_server(cfg) as frontend:
+        for k in range(args.rounds):
+            rounds.append(await one_round(frontend, calibration, cfg, program))
+            summary = {part: [round(r, 3) for r in d["ratios"]] for part, d in rounds[-1].items()}
+            print(f"round {k + 1}: {json.dumps(summary)}", flush=True)
+    return rounds
+
+
+def main() -> None:
+    args = parse_args()
+    started, load_before = time.strftime("%Y-%m-%dT%H:%M:%S%z"), os.getloadavg()
+    rounds = asyncio.run(run(args))
+    parts = list(rounds[0])
+    median = {p: [statistics.median(r[p]["ratios"][m] for r in rounds) for m in range(2)] for p in parts}
+    command = f"python benchmarks/drift_probe_lengths.py --profiles {args.profiles} --rounds {args.rounds}"
+    doc = {"command": command, "profiles": args.profiles, "started": started,
+           "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load_before": load_before,
+           "load_after": os.getloadavg(), "median_ratios": median, "rounds": rounds}  # fmt: skip
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+    print(json.dumps(median))
+
+
+if __name__ == "__main__":
+    main()
