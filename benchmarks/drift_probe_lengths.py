@@ -5,7 +5,8 @@
 
 One engine start of the default config (the local CPU pair, real vLLM engines), the crossval ``fixed`` workload
 and its ``markov`` router. Each round runs, in this order: the serving drift probe as crossval runs it (32-token
-requests at N = 1, 2, 4), the same probe with the cells' 64-token requests, and three crossval cells (64 tokens,
+requests at N = 1, 2, 4), the same probe with the cells' 64-token requests (the two probes alternate which goes
+first), and three crossval cells (64 tokens,
 B = (1, 1), N = 1, 4, 8; 2 s warm-up, 7 s window). Every part's pure decode and hand-off steps are compared with
 the profiles at its own context (``trserve.crossval.drift.step_ratios``): per model the median ratio and the
 median per batch size. A probe that predicts the cells would find their ratios; the JSON holds every part's, each
@@ -39,7 +40,7 @@ CELL_CONCURRENCIES = (1, 4, 8)
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profiles", default="calibration/crossval/cpu-2core")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--out", default="calibration/crossval/cpu-2core/probe-lengths/probe-lengths.json")
     return parser.parse_args()
 
@@ -50,16 +51,19 @@ def ratios_doc(steps: list[Any], calibration: Calibration, context: int) -> dict
             "per_batch": [{str(b): r for b, r in d.items()} for d in measured.per_batch]}  # fmt: skip
 
 
-async def one_round(frontend: Any, calibration: Calibration, cfg: Any, program: ProgramChoice) -> dict[str, Any]:
+async def one_round(
+    frontend: Any, calibration: Calibration, cfg: Any, program: ProgramChoice, k: int
+) -> dict[str, Any]:
     workload = make_workload("fixed", cfg, CELL_TOKENS, 2.0, 7.0)
     cap = min(m.max_num_seqs for m in cfg.models)
     out: dict[str, Any] = {}
-    for tokens in (PROBE_MAX_TOKENS, CELL_TOKENS):
-        steps = await probe_steps(frontend, workload, 2, cap, program, max_tokens=tokens)
+    lengths = (PROBE_MAX_TOKENS, CELL_TOKENS) if k % 2 == 0 else (CELL_TOKENS, PROBE_MAX_TOKENS)
+    for tokens in lengths:
+        steps = await probe_steps(frontend, workload, 2, cap, program, max_tokens=tokens, label=f"r{k}-t{tokens}")
         out[f"probe_{tokens}"] = ratios_doc(steps, calibration, probe_context(workload, tokens))
     policies = [BatchingPolicy(threshold=1, max_wait_s=None, max_batch=cap)] * 2
     for n in CELL_CONCURRENCIES:
-        run = await run_cell(frontend, lambda m: program, policies, n, workload, f"cell-n{n}")
+        run = await run_cell(frontend, lambda m: program, policies, n, workload, f"r{k}-cell-n{n}")
         out[f"cell_n{n}"] = {**ratios_doc(run.steps, calibration, probe_context(workload, CELL_TOKENS)),
                              "tok_s": run.throughput_tok_s}  # fmt: skip
     return out
@@ -73,7 +77,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     rounds = []
     async with crossval_server(cfg) as frontend:
         for k in range(args.rounds):
-            rounds.append(await one_round(frontend, calibration, cfg, program))
+            rounds.append(await one_round(frontend, calibration, cfg, program, k))
             summary = {part: [round(r, 3) for r in d["ratios"]] for part, d in rounds[-1].items()}
             print(f"round {k + 1}: {json.dumps(summary)}", flush=True)
     return rounds

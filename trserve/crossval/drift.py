@@ -103,10 +103,12 @@ async def probe_steps(
     serving: ProgramChoice | None = None,
     models: Sequence[int] | None = None,
     max_tokens: int = PROBE_MAX_TOKENS,
+    label: str = "probe",
 ) -> list[StepRecord]:
     """Run the probe cells on a server that holds no request; returns their in-window steps. With ``serving``
     (a routing program) every engine steps at once under that program's routing, at each probe concurrency;
-    else each of ``models`` (default: all) alone in turn. Each request writes ``max_tokens`` tokens."""
+    else each of ``models`` (default: all) alone in turn. Each request writes ``max_tokens`` tokens; ``label``
+    starts the cells' tags (request ids must not repeat on one server start)."""
     short = replace(
         workload, max_tokens=max_tokens, output_lengths=(), warmup_s=PROBE_WARMUP_S, measure_s=PROBE_MEASURE_S
     )
@@ -114,12 +116,12 @@ async def probe_steps(
     steps: list[StepRecord] = []
     if serving is not None:
         for n in PROBE_CONCURRENCIES:
-            run = await run_cell(frontend, lambda m: serving, policies, n, short, f"probe-serving-n{n}")
+            run = await run_cell(frontend, lambda m: serving, policies, n, short, f"{label}-serving-n{n}")
             steps.extend(run.steps)
         return steps
     for m in models if models is not None else range(num_models):
         for n in PROBE_CONCURRENCIES:
-            run = await run_cell(frontend, probe_program(m, num_models), policies, n, short, f"probe-m{m}-n{n}")
+            run = await run_cell(frontend, probe_program(m, num_models), policies, n, short, f"{label}-m{m}-n{n}")
             steps.extend(run.steps)
     return steps
 
