@@ -1,22 +1,26 @@
 """Does the drift probe's request length explain why the CPU pair's crossval cells step faster than it says?
 
-    python benchmarks/drift_probe_lengths.py [--profiles calibration/crossval/cpu-2core] [--rounds 3]
-        [--out calibration/crossval/cpu-2core/probe-lengths/probe-lengths.json]
+    python benchmarks/drift_probe_lengths.py [--profiles calibration/crossval/cpu-2core] [--rounds 4]
+        [--out calibration/crossval/cpu-2core/probe-lengths/probe-lengths.json] [--analyse-only]
 
 One engine start of the default config (the local CPU pair, real vLLM engines), the crossval ``fixed`` workload
 and its ``markov`` router. Each round runs, in this order: the serving drift probe as crossval runs it (32-token
 requests at N = 1, 2, 4), the same probe with the cells' 64-token requests (the two probes alternate which goes
-first), and three crossval cells (64 tokens,
-B = (1, 1), N = 1, 4, 8; 2 s warm-up, 7 s window). Every part's pure decode and hand-off steps are compared with
-the profiles at its own context (``trserve.crossval.drift.step_ratios``): per model the median ratio and the
-median per batch size. A probe that predicts the cells would find their ratios; the JSON holds every part's, each
-round's, so the spread between rounds is beside the difference between the probes.
+first), and three crossval cells (64 tokens, B = (1, 1), N = 1, 4, 8; 2 s warm-up, 7 s window). Every part's pure
+decode and hand-off steps are compared with the profiles at its own context
+(``trserve.crossval.drift.step_ratios``): per model the median ratio and the median per batch size. A probe that
+predicts the cells would find their ratios; the JSON holds every part's, each round's, so the spread between
+rounds is beside the difference between the probes. ``analysis`` scores each probe against the same round's cells,
+per (cell, model, batch size): its one factor per model as ``drift: scale`` applies it, or its factor at that batch
+size (interpolated between the batch sizes it saw, the nearest beyond them); ``--analyse-only`` re-derives it from
+``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import statistics
@@ -42,7 +46,48 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--profiles", default="calibration/crossval/cpu-2core")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--out", default="calibration/crossval/cpu-2core/probe-lengths/probe-lengths.json")
+    parser.add_argument("--analyse-only", action="store_true", help="re-derive the analysis of --out")
     return parser.parse_args()
+
+
+def at_batch(per_batch: dict[str, float], batch: int) -> float:
+    """A per-batch factor at ``batch``: interpolated between the batch sizes measured, the nearest beyond them."""
+    points = sorted((int(b), r) for b, r in per_batch.items())
+    if batch <= points[0][0]:
+        return points[0][1]
+    for (b0, r0), (b1, r1) in itertools.pairwise(points):
+        if batch <= b1:
+            return r0 + (r1 - r0) * (batch - b0) / (b1 - b0)
+    return points[-1][1]
+
+
+def analyse(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per part the median ratio over the rounds and its range, the per-batch medians pooled over the rounds, and
+    per probe the median |cell ratio / probe factor - 1| over every (round, cell, model, batch size), with one
+    factor per model and with the factor at the batch size."""
+    parts = list(rounds[0])
+    out: dict[str, Any] = {"ratios": {}, "per_batch": {}, "probe_error": {}}
+    for part in parts:
+        ratios = [[r[part]["ratios"][m] for r in rounds] for m in range(2)]
+        out["ratios"][part] = [{"median": statistics.median(x), "min": min(x), "max": max(x)} for x in ratios]
+        pooled: list[dict[str, list[float]]] = [{}, {}]
+        for r in rounds:
+            for m in range(2):
+                for b, v in r[part]["per_batch"][m].items():
+                    pooled[m].setdefault(b, []).append(v)
+        out["per_batch"][part] = [{b: statistics.median(v) for b, v in sorted(p.items(), key=lambda kv: int(kv[0]))}
+                                  for p in pooled]  # fmt: skip
+    for probe in (p for p in parts if p.startswith("probe")):
+        one, per = [], []
+        for r in rounds:
+            for cell in (p for p in parts if p.startswith("cell")):
+                for m in range(2):
+                    for b, v in r[cell]["per_batch"][m].items():
+                        one.append(abs(v / r[probe]["ratios"][m] - 1))
+                        per.append(abs(v / at_batch(r[probe]["per_batch"][m], int(b)) - 1))
+        out["probe_error"][probe] = {"one_factor_median": statistics.median(one),
+                                     "per_batch_median": statistics.median(per), "points": len(one)}  # fmt: skip
+    return out
 
 
 def ratios_doc(steps: list[Any], calibration: Calibration, context: int) -> dict[str, Any]:
@@ -85,17 +130,21 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def main() -> None:
     args = parse_args()
+    if args.analyse_only:
+        doc = json.loads(Path(args.out).read_text())
+        doc["analysis"] = analyse(doc["rounds"])
+        Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+        print(json.dumps(doc["analysis"]["probe_error"]))
+        return
     started, load_before = time.strftime("%Y-%m-%dT%H:%M:%S%z"), os.getloadavg()
     rounds = asyncio.run(run(args))
-    parts = list(rounds[0])
-    median = {p: [statistics.median(r[p]["ratios"][m] for r in rounds) for m in range(2)] for p in parts}
     command = f"python benchmarks/drift_probe_lengths.py --profiles {args.profiles} --rounds {args.rounds}"
     doc = {"command": command, "profiles": args.profiles, "started": started,
            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load_before": load_before,
-           "load_after": os.getloadavg(), "median_ratios": median, "rounds": rounds}  # fmt: skip
+           "load_after": os.getloadavg(), "analysis": analyse(rounds), "rounds": rounds}  # fmt: skip
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
-    print(json.dumps(median))
+    print(json.dumps(doc["analysis"]["probe_error"]))
 
 
 if __name__ == "__main__":

@@ -73,9 +73,7 @@ def predict(
     cell = GridCell(row["routing"], row["concurrency"], row["memory"], row["system"], row["kv_tokens"])
     config = sim_config(cell, profiles, lengths)
     if stack is not None:
-        fields = stack.sim_fields()
-        config = with_stack(config, last_model_stack(fields) if cell.system == "llm-only" else fields)
-        config = replace(config, workload=replace(config.workload, think_time_s=stack.client_turnaround_s))
+        config = with_stack_costs(config, stack, cell)
     if window:
         config = replay_sent(config, cell, lengths)
         warmup_s = row.get("warmup_s", GRID_WARMUP_S)
@@ -107,6 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps(doc["summary"]))
     return 0
+
+
+def with_stack_costs(config: SimConfig, stack: StackCosts, cell: GridCell) -> SimConfig:
+    """``config`` with the stack probe's costs (the large model's alone for ``llm-only``) and the client's
+    turnaround between a session's requests."""
+    fields = stack.sim_fields()
+    config = with_stack(config, last_model_stack(fields) if cell.system == "llm-only" else fields)
+    return replace(config, workload=replace(config.workload, think_time_s=stack.client_turnaround_s))
 
 
 def replay_sent(config: SimConfig, cell: GridCell, lengths: Lengths) -> SimConfig:
