@@ -11,11 +11,14 @@ turnaround between a session's requests, delivery), each in steady state (the to
 prediction) and over the cell's own protocol (from a cold start: the grid's warm-up seconds, then the seconds the
 cell's window measured; where a window holds a few request lifetimes or less, that is what the stack measured, not
 the steady state; its requests are the ones the bench sent, lengths and routing schedules, each client's in its own
-order: the N first ones at once, then a client's next when its last ends). The probe is another run of
-the same stack on the same emulated engines (fixed 64-token requests at N = 2 and 16, a different hour), so the
-costs are out of sample for every cell; the grid's windows fit nothing (their length is the protocol, not a result).
-Writes the measured and simulated figures and their ratios per cell, and how many cells each simulator is within 5%
-of.
+order: the N first ones at once, then a client's next when its last ends). The N first requests reach the server
+together and in no recorded order (each client connects on its own), and where the window holds one or two turns of
+a long admission queue that order moves the window's throughput by several percent; so the window twin is the
+mean over :data:`ARRIVAL_ORDERS` seeded orders of the clients (``<sim>_orders_tok_s`` in each cell: every order's
+figure). The probe is another run of the same stack on the same emulated engines (fixed 64-token requests at
+N = 2 and 16, a different hour), so the costs are out of sample for every cell; the grid's windows fit nothing
+(their length is the protocol, not a result). Writes the measured and simulated figures and their ratios per cell,
+and how many cells each simulator is within 5% of.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import random
 import statistics
 import sys
 import time
@@ -46,6 +50,8 @@ GRID_WARMUP_S = 4.0
 #: Requests per client the window twin replays (in the order sessions start), then cycles: at most about 8 fit in a
 #: committed window (the fastest cell's 8,000 tok/s over 19 s of 158-token requests from 128 clients).
 WINDOW_REQUESTS_PER_CLIENT = 16
+#: Seeded arrival orders of the N first requests the window twin averages over (seed 0: the clients' own order).
+ARRIVAL_ORDERS = 6
 #: (name, with the stack's costs, over the cell's own window): steady state as committed, and the cell's protocol.
 SIMULATORS = (("sim", False, False), ("sim_stack", True, False), ("sim_window", False, True),
               ("sim_window_stack", True, True))  # fmt: skip
@@ -66,20 +72,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def predict(
     row: dict[str, Any], stack: StackCosts | None, profiles: dict[str, Path], lengths: Lengths, window: bool = False
-) -> float:
+) -> list[float]:
     """The simulator's throughput of one grid cell, with ``stack``'s costs or an ideal stack (None): in steady state
-    (a lifetime's warm-up, then at least four), or with ``window`` over the cell's own protocol (from a cold start,
-    the grid's warm-up seconds, then the cell's measured window seconds)."""
+    (a lifetime's warm-up, then at least four; one figure), or with ``window`` over the cell's own protocol (from a
+    cold start, the grid's warm-up seconds, then the cell's measured window seconds; one figure per arrival order)."""
     cell = GridCell(row["routing"], row["concurrency"], row["memory"], row["system"], row["kv_tokens"])
     config = sim_config(cell, profiles, lengths)
     if stack is not None:
         config = with_stack_costs(config, stack, cell)
     if window:
-        config = replay_sent(config, cell, lengths)
         warmup_s = row.get("warmup_s", GRID_WARMUP_S)
-        return Simulation(config).run(time_s=warmup_s + row["window_s"], warmup_s=warmup_s).throughput_tok_s
+        return [Simulation(replay_sent(config, cell, lengths, seed)).run(time_s=warmup_s + row["window_s"],
+                                                                         warmup_s=warmup_s).throughput_tok_s
+                for seed in range(ARRIVAL_ORDERS)]  # fmt: skip
     lifetime = int(cell.concurrency * lengths.mean_lengths()[1])
-    return simulate(config, tokens=max(20000, 4 * lifetime), warmup_tokens=lifetime).throughput_tok_s
+    return [simulate(config, tokens=max(20000, 4 * lifetime), warmup_tokens=lifetime).throughput_tok_s]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,8 +102,11 @@ def main(argv: list[str] | None = None) -> int:
         measured = row["throughput_tok_s"]
         cell = {"key": row["key"], "measured_tok_s": measured}
         for name, costs, window in SIMULATORS:
-            cell[f"{name}_tok_s"] = predicted = predict(row, stack if costs else None, profiles, lengths, window)
+            figures = predict(row, stack if costs else None, profiles, lengths, window)
+            cell[f"{name}_tok_s"] = predicted = statistics.mean(figures)
             cell[f"measured_over_{name}"] = measured / predicted
+            if window:
+                cell[f"{name}_orders_tok_s"] = figures
         cells.append(cell)
         print(json.dumps(cells[-1]), flush=True)
     doc = {"command": " ".join(["python", "benchmarks/kv_emulated_stack.py", *(argv or sys.argv[1:])]),
@@ -115,17 +125,29 @@ def with_stack_costs(config: SimConfig, stack: StackCosts, cell: GridCell) -> Si
     return replace(config, workload=replace(config.workload, think_time_s=stack.client_turnaround_s))
 
 
-def replay_sent(config: SimConfig, cell: GridCell, lengths: Lengths) -> SimConfig:
+def replay_sent(config: SimConfig, cell: GridCell, lengths: Lengths, order: int = 0) -> SimConfig:
     """``config`` sending the requests the bench sent (``trserve/bench/requests.py`` ``request_body``: client i's
     k-th request, all N first ones at t = 0, each client's next when its last ends): their lengths and, routed,
     their routing schedules replayed (trace replay, as the server's ``schedule`` router follows them: no P for the
-    policy)."""
-    sent = sent_requests(cell.routing, cell.concurrency, cell.system != "llm-only", lengths)
+    policy). ``order`` seeds the order in which the N first ones arrive (0: the clients' own)."""
+    sent = arrival_order(sent_requests(cell.routing, cell.concurrency, cell.system != "llm-only", lengths),
+                         cell.concurrency, order)  # fmt: skip
     if isinstance(sent, LengthPairs):
         config = replace(config, workload=replace(config.workload, pairs=sent))
     else:
         config = with_traces(config, sent)
     return replace(config, workload=replace(config.workload, pairs_by_client=True))
+
+
+def arrival_order(sent: LengthPairs | list[RequestTrace], n: int, seed: int) -> LengthPairs | list[RequestTrace]:
+    """``sent`` (client-major: client i's k-th request at k x n + i) with the clients' places shuffled by ``seed``,
+    so their first requests arrive in another order and each keeps its own stream (seed 0: unchanged)."""
+    places = list(range(n))
+    if seed:
+        random.Random(seed).shuffle(places)
+    items = list(sent.pairs) if isinstance(sent, LengthPairs) else sent
+    shuffled = [items[k * n + places[i]] for k in range(len(items) // n) for i in range(n)]
+    return LengthPairs(tuple(shuffled)) if isinstance(sent, LengthPairs) else shuffled
 
 
 @functools.cache
