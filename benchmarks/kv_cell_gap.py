@@ -1,20 +1,21 @@
-"""Where one cell of the emulated KV grid loses against the simulator's window twin: per model the steps, mean
-batch and step time, the requests resident and the KV blocks held, beside the requests' waits, real and simulated.
+"""Where one cell of the emulated KV grid loses against the simulator's window twin: per model the steps, mean batch and
+step time, the requests resident and the KV blocks held, beside the requests' waits, real and simulated.
 
-    python benchmarks/kv_cell_gap.py [--cell rare-long/N128/4x/admission-limit] [--repeats 2]
-        [--out docs/bench-emulated/memory/kv-cell-gap.json]
+    python benchmarks/kv_cell_gap.py [--cell rare-long/N128/4x/admission-limit] [--repeats 2] [--orders 6]
+        [--out docs/bench-emulated/memory/kv-cell-gap.json] [--sim-only]
 
-The cell runs as ``benchmarks/kv_emulated.py`` runs it (its own server, the grid's warm-up and window, the same
-lengths and routing schedules), ``--repeats`` times; each window's per-model figures come from the server's
-``/metrics`` (steps, the batch-size histogram's sum and count, step seconds, host gaps), and every
-:data:`SAMPLE_S` of the window ``/debug/state`` is read: per model the requests resident, those ready for a step,
-the core's blocks used and parked and the new requests waiting for memory, averaged over the samples (the twin's
-core is read at the same instants of simulated time). The twin is
-``benchmarks/kv_emulated_stack.py``'s window twin with the stack probe's costs (``--stack``): the bench's requests,
-each client's in its own order, from a cold start over the same warm-up and window. A closed loop's throughput is
-N x tokens per request / time per request, so the split says whether the stack ran fewer requests at once (mean
-batch), slower steps, or fewer steps (a model idle while work waited).
-"""
+The cell runs as ``benchmarks/kv_emulated.py`` runs it (its own server, the grid's warm-up and window, the same lengths
+and routing schedules), ``--repeats`` times; each window's per-model figures come from the server's ``/metrics`` (steps,
+the batch-size histogram's sum and count, step seconds, host gaps), and every :data:`SAMPLE_S` of the window
+``/debug/state`` is read: per model the requests resident, those ready for a step, the core's blocks used and parked and
+the new requests waiting for memory, averaged over the samples (the twin's core is read at the same instants of
+simulated time). A server's loop answers between steps, so its ``num_ready`` holds the batch that just stepped and
+stays; the twin's, read mid-step, does not: compare residents and blocks. The twin is
+``benchmarks/kv_emulated_stack.py``'s window twin with the stack probe's costs (``--stack``): the bench's requests, each
+client's in its own order, from a cold start over the same warm-up and window, and again with the N first requests
+arriving in ``--orders`` - 1 other seeded orders (the window twin's ``--orders``). A closed loop's throughput is N x
+tokens per request / time per request, so the split says whether the stack ran fewer requests at once (mean batch),
+slower steps, or fewer steps (a model idle while work waited)."""
 
 from __future__ import annotations
 
@@ -81,6 +82,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--profiles", default="docs/bench-emulated/memory/profiles")
     parser.add_argument("--stack", default="calibration/crossval/emulated-r2r-a100/stack.json")
     parser.add_argument("--out", default="docs/bench-emulated/memory/kv-cell-gap.json")
+    parser.add_argument("--orders", type=int, default=6, help="arrival orders of the N first requests to simulate")
     parser.add_argument("--sim-only", action="store_true", help="simulate the twin of --out's runs again")
     return parser.parse_args()
 
@@ -133,12 +135,15 @@ async def gather(*aws: Any) -> Any:
     return await asyncio.gather(*aws)
 
 
-def simulate_twin(cell: GridCell, args: argparse.Namespace, lengths: Lengths, window_s: float) -> dict[str, Any]:
-    """The window twin's figures over the window alone: the simulator counts steps from its start, so the run to
-    the window's end less the same (seeded) run to the warm-up's end."""
+def simulate_twin(
+    cell: GridCell, args: argparse.Namespace, lengths: Lengths, window_s: float, order: int = 0
+) -> dict[str, Any]:
+    """The window twin's figures over the window alone, the N first requests arriving in seeded ``order``: the
+    simulator counts steps from its start, so the run to the window's end less the same (seeded) run to the warm-up's
+    end."""
     profiles = {n: Path(args.profiles) / f"{n}.json" for n in MODELS}
     config = with_stack_costs(sim_config(cell, profiles, lengths), load_stack(Path(args.stack), 2), cell)
-    config = replay_sent(config, cell, lengths)
+    config = replay_sent(config, cell, lengths, order)
     warm = Simulation(config).run(time_s=args.warmup_s)
     sim = Simulation(config)
     samples: list[dict[str, dict[str, float]]] = []
@@ -150,9 +155,16 @@ def simulate_twin(cell: GridCell, args: argparse.Namespace, lengths: Lengths, wi
         busy_s = f.busy_fraction * (args.warmup_s + window_s) - w.busy_fraction * args.warmup_s
         models[name] = {"steps": steps, "mean_batch": request_steps / max(1, steps),
                         "mean_step_ms": 1000 * busy_s / max(1, steps), "busy_s": busy_s}  # fmt: skip
-    return {"tok_s": full.throughput_tok_s, "finished": full.num_finished, "ttft_p50_s": full.ttft_p50_s,
-            "e2e_p50_s": full.latency_p50_s, "models": models, "state": mean_state(samples),
-            "num_samples": len(samples)}  # fmt: skip
+    return {"order": order, "tok_s": full.throughput_tok_s, "finished": full.num_finished,
+            "ttft_p50_s": full.ttft_p50_s, "e2e_p50_s": full.latency_p50_s, "models": models,
+            "state": mean_state(samples), "num_samples": len(samples)}  # fmt: skip
+
+
+def twins(cell: GridCell, args: argparse.Namespace, lengths: Lengths, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The twin in each of the window twin's arrival orders, and their mean throughput."""
+    window_s = statistics.mean(r["window_s"] for r in runs)
+    each = [simulate_twin(cell, args, lengths, window_s, k) for k in range(args.orders)]
+    return {"mean_tok_s": statistics.mean(t["tok_s"] for t in each), "orders": each}
 
 
 def sample_core(sim: Simulation, start_s: float, samples: list[dict[str, dict[str, float]]]) -> Any:
@@ -175,9 +187,9 @@ def main() -> int:
     cell = find_cell(args.cell, lengths, Path(args.profiles))
     if args.sim_only:
         doc = json.loads(Path(args.out).read_text())
-        doc["window_twin"] = simulate_twin(cell, args, lengths, statistics.mean(r["window_s"] for r in doc["measured"]))
+        doc["window_twin"] = twins(cell, args, lengths, doc["measured"])
         Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
-        print(json.dumps(doc["window_twin"]))
+        print(json.dumps(doc["window_twin"]["mean_tok_s"]))
         return 0
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     runs = []
@@ -185,8 +197,8 @@ def main() -> int:
         for _ in range(args.repeats):
             runs.append(measure(cell, args, lengths, Path(tmp)))
             print(json.dumps(runs[-1]), flush=True)
-    twin = simulate_twin(cell, args, lengths, statistics.mean(r["window_s"] for r in runs))
-    print(json.dumps(twin), flush=True)
+    twin = twins(cell, args, lengths, runs)
+    print(json.dumps(twin["mean_tok_s"]), flush=True)
     doc = {"command": "python benchmarks/kv_cell_gap.py " + " ".join(sys.argv[1:]), "started": started,
            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cell": cell.key, "kv_tokens": cell.kv_tokens,
            "stack_costs": args.stack, "measured": runs, "window_twin": twin}  # fmt: skip

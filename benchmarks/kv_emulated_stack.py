@@ -2,24 +2,23 @@
 
     python benchmarks/kv_emulated_stack.py [--grid docs/bench-emulated/memory/kv-emulated.json]
         [--stack calibration/crossval/emulated-r2r-a100/stack.json]
-        [--out docs/bench-emulated/memory/kv-emulated-stack.json]
+        [--out docs/bench-emulated/memory/kv-emulated-stack.json] [--orders 1]
 
 Every committed cell of ``benchmarks/kv_emulated.py`` (its measured throughput is read, nothing is measured) is
 simulated four times from the same twin (``trserve/bench/kv_grid.py`` ``sim_config``): an ideal stack and one with a
-crossval stack probe's costs (``--stack``: host time per step and per request, hand-off transit, the client's
-turnaround between a session's requests, delivery), each in steady state (the tokens and warm-up of the grid's own
-prediction) and over the cell's own protocol (from a cold start: the grid's warm-up seconds, then the seconds the
-cell's window measured; where a window holds a few request lifetimes or less, that is what the stack measured, not
-the steady state; its requests are the ones the bench sent, lengths and routing schedules, each client's in its own
-order: the N first ones at once, then a client's next when its last ends). The N first requests reach the server
-together and in no recorded order (each client connects on its own), and where the window holds one or two turns of
-a long admission queue that order moves the window's throughput by several percent; so the window twin is the
-mean over :data:`ARRIVAL_ORDERS` seeded orders of the clients (``<sim>_orders_tok_s`` in each cell: every order's
-figure). The probe is another run of the same stack on the same emulated engines (fixed 64-token requests at
-N = 2 and 16, a different hour), so the costs are out of sample for every cell; the grid's windows fit nothing
-(their length is the protocol, not a result). Writes the measured and simulated figures and their ratios per cell,
-and how many cells each simulator is within 5% of.
-"""
+crossval stack probe's costs (``--stack``: host time per step and per request, hand-off transit, the client's turnaround
+between a session's requests, delivery), each in steady state (the tokens and warm-up of the grid's own prediction) and
+over the cell's own protocol (from a cold start: the grid's warm-up seconds, then the seconds the cell's window
+measured; where a window holds a few request lifetimes or less, that is what the stack measured, not the steady state;
+its requests are the ones the bench sent, lengths and routing schedules, each client's in its own order: the N first
+ones at once, in the clients' order, then a client's next when its last ends). Where the window holds one or two turns
+of a long admission queue, the order in which the N first requests arrive moves the window's throughput by several
+percent; ``--orders k`` makes the window twin the mean over k seeded orders of the clients (order 0 is theirs;
+``<sim>_orders_tok_s`` in each cell: every order's figure). The default is the clients' own order: at N = 8 under
+``admission-limit`` it matched the stack exactly and other orders did not. The probe is another run of the same stack on
+the same emulated engines (fixed 64-token requests at N = 2 and 16, a different hour), so the costs are out of sample
+for every cell; the grid's windows fit nothing (their length is the protocol, not a result). Writes the measured and
+simulated figures and their ratios per cell, and how many cells each simulator is within 5% of."""
 
 from __future__ import annotations
 
@@ -50,8 +49,6 @@ GRID_WARMUP_S = 4.0
 #: Requests per client the window twin replays (in the order sessions start), then cycles: at most about 8 fit in a
 #: committed window (the fastest cell's 8,000 tok/s over 19 s of 158-token requests from 128 clients).
 WINDOW_REQUESTS_PER_CLIENT = 16
-#: Seeded arrival orders of the N first requests the window twin averages over (seed 0: the clients' own order).
-ARRIVAL_ORDERS = 6
 #: (name, with the stack's costs, over the cell's own window): steady state as committed, and the cell's protocol.
 SIMULATORS = (("sim", False, False), ("sim_stack", True, False), ("sim_window", False, True),
               ("sim_window_stack", True, True))  # fmt: skip
@@ -63,6 +60,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--stack", default="calibration/crossval/emulated-r2r-a100/stack.json")
     parser.add_argument("--profiles", default="docs/bench-emulated/memory/profiles")
     parser.add_argument("--out", default="docs/bench-emulated/memory/kv-emulated-stack.json")
+    parser.add_argument("--orders", type=int, default=1, help="arrival orders the window twin averages over")
     args = parser.parse_args(argv)
     for name in ("grid", "stack"):
         if not Path(getattr(args, name)).is_file():
@@ -71,11 +69,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def predict(
-    row: dict[str, Any], stack: StackCosts | None, profiles: dict[str, Path], lengths: Lengths, window: bool = False
+    row: dict[str, Any],
+    stack: StackCosts | None,
+    profiles: dict[str, Path],
+    lengths: Lengths,
+    window: bool = False,
+    orders: int = 1,
 ) -> list[float]:
     """The simulator's throughput of one grid cell, with ``stack``'s costs or an ideal stack (None): in steady state
     (a lifetime's warm-up, then at least four; one figure), or with ``window`` over the cell's own protocol (from a
-    cold start, the grid's warm-up seconds, then the cell's measured window seconds; one figure per arrival order)."""
+    cold start, the grid's warm-up seconds, then the cell's measured window seconds; one figure per arrival order of
+    the first ``orders``)."""
     cell = GridCell(row["routing"], row["concurrency"], row["memory"], row["system"], row["kv_tokens"])
     config = sim_config(cell, profiles, lengths)
     if stack is not None:
@@ -84,7 +88,7 @@ def predict(
         warmup_s = row.get("warmup_s", GRID_WARMUP_S)
         return [Simulation(replay_sent(config, cell, lengths, seed)).run(time_s=warmup_s + row["window_s"],
                                                                          warmup_s=warmup_s).throughput_tok_s
-                for seed in range(ARRIVAL_ORDERS)]  # fmt: skip
+                for seed in range(orders)]  # fmt: skip
     lifetime = int(cell.concurrency * lengths.mean_lengths()[1])
     return [simulate(config, tokens=max(20000, 4 * lifetime), warmup_tokens=lifetime).throughput_tok_s]
 
@@ -102,10 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         measured = row["throughput_tok_s"]
         cell = {"key": row["key"], "measured_tok_s": measured}
         for name, costs, window in SIMULATORS:
-            figures = predict(row, stack if costs else None, profiles, lengths, window)
+            figures = predict(row, stack if costs else None, profiles, lengths, window, args.orders)
             cell[f"{name}_tok_s"] = predicted = statistics.mean(figures)
             cell[f"measured_over_{name}"] = measured / predicted
-            if window:
+            if window and args.orders > 1:
                 cell[f"{name}_orders_tok_s"] = figures
         cells.append(cell)
         print(json.dumps(cells[-1]), flush=True)

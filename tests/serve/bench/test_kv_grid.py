@@ -119,3 +119,16 @@ def test_the_window_twin_sends_the_requests_the_bench_sent(system: str) -> None:
     on_small = [tuple(d) for d in config.router.params["traces"][9][0]]
     steps = _twin.schedule_steps(body["routing_extra"]["schedule"])
     assert on_small == [(s.destination, s.kept) for s in steps if s.model == 0] and len(on_small) > 10
+
+
+def test_another_arrival_order_moves_whole_client_streams() -> None:
+    """Order 0 keeps the clients' order; another seed puts each client's whole stream in another place."""
+    n, per_client = 4, 3
+    sent = _twin.LengthPairs(tuple((c + 1, 10 * k + 1) for k in range(per_client) for c in range(n)))
+    assert _twin.arrival_order(sent, n, 0) == sent
+    shuffled = _twin.arrival_order(sent, n, 3).pairs
+    firsts = [p for p, _ in shuffled[:n]]
+    assert firsts != [1, 2, 3, 4]  # seed 3 does move them
+    assert sorted(firsts) == [1, 2, 3, 4]
+    for place, client in enumerate(firsts):  # the client at each place keeps its own k-th requests in order
+        assert [shuffled[k * n + place] for k in range(per_client)] == [(client, 10 * k + 1) for k in range(per_client)]
