@@ -2,7 +2,7 @@
 step time, the requests resident and the KV blocks held, beside the requests' waits, real and simulated.
 
     python benchmarks/kv_cell_gap.py [--cell rare-long/N128/4x/admission-limit] [--repeats 2] [--orders 6]
-        [--out docs/bench-emulated/memory/kv-cell-gap.json] [--sim-only]
+        [--first-gap-ms 0] [--out docs/bench-emulated/memory/kv-cell-gap.json] [--sim-only]
 
 The cell runs as ``benchmarks/kv_emulated.py`` runs it (its own server, the grid's warm-up and window, the same lengths
 and routing schedules), ``--repeats`` times; each window's per-model figures come from the server's ``/metrics`` (steps,
@@ -82,6 +82,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--profiles", default="docs/bench-emulated/memory/profiles")
     parser.add_argument("--stack", default="calibration/crossval/emulated-r2r-a100/stack.json")
     parser.add_argument("--out", default="docs/bench-emulated/memory/kv-cell-gap.json")
+    parser.add_argument("--first-gap-ms", type=float, default=0.0, help="client k's first request k x this late")
     parser.add_argument("--orders", type=int, default=6, help="arrival orders of the N first requests to simulate")
     parser.add_argument("--sim-only", action="store_true", help="simulate the twin of --out's runs again")
     return parser.parse_args()
@@ -116,7 +117,8 @@ def measure(cell: GridCell, args: argparse.Namespace, lengths: Lengths, tmp: Pat
     path = tmp / "cell.yaml"
     path.write_text(yaml.safe_dump(serve_config(cell, profiles, max(64, cell.concurrency))))
     routing = (ROUTINGS[cell.routing]["P"], ROUTINGS[cell.routing]["C"])
-    work = Workload(warmup_s=args.warmup_s, window_s=args.window_s, lengths=lengths, routing=routing)
+    work = Workload(warmup_s=args.warmup_s, window_s=args.window_s, lengths=lengths, routing=routing,
+                    first_gap_s=args.first_gap_ms / 1000)  # fmt: skip
     process = ServerProcess(path)
     process.start(timeout_s=300)
     start = time.perf_counter()

@@ -41,7 +41,9 @@ PROMPTS = (
 class Workload:
     """What each client sends: ``max_tokens`` per request (or, with ``lengths``, each request's drawn lengths and
     token-id prompt; with ``routing`` = (P, C) too, its schedule for the ``schedule`` router), after ``warmup_s``
-    measured for ``window_s``. ``record_text``: keep a digest of every finished answer's text."""
+    measured for ``window_s``. ``record_text``: keep a digest of every finished answer's text. ``first_gap_s``:
+    client k sends its first request k x that after the start, so the server sees them in the clients' order (0: all
+    at once, in whatever order their connections are served)."""
 
     max_tokens: int = 32
     warmup_s: float = 3.0
@@ -49,6 +51,7 @@ class Workload:
     lengths: Lengths | None = None
     routing: tuple[list[list[float]], list[list[float]]] | None = None
     record_text: bool = False
+    first_gap_s: float = 0.0
 
 
 @dataclass
@@ -105,6 +108,7 @@ async def _client_loop(url: str, k: int, work: Workload, stop_at: float, out: li
     conn = Connection(url)
     requests = [conn.request("/v1/completions", _body(p, work)) for p in PROMPTS] if work.lengths is None else []
     i = 0
+    await asyncio.sleep(k * work.first_gap_s)
     try:
         while time.perf_counter() < stop_at:
             asked = work.max_tokens
