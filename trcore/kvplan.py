@@ -115,8 +115,8 @@ class KVMemory:
 
         Returns (chosen, request ids whose KV the driver must free before the step, unservable requests)."""
         head = list(ready[:size])
-        targets = [self._target_tokens(r) for r in head]
-        if self._fit_as_they_are(head, targets):
+        targets = self._fit_as_they_are(head)
+        if targets is not None:
             for req, target in zip(head, targets, strict=True):
                 self._reserve(req, target, model)
             return head, [], []
@@ -138,12 +138,21 @@ class KVMemory:
                 launch.chosen.append(req)
         return launch.chosen, launch.evicted, unservable
 
-    def _fit_as_they_are(self, head: Sequence[Request], targets: Sequence[int]) -> bool:
+    def _fit_as_they_are(self, head: Sequence[Request]) -> list[int] | None:
+        """The target tokens of ``head`` when all of it fits as things are (no spill, no wait), else None; stops at
+        the first request that does not, so a long queue waiting for memory is not walked twice per launch."""
         ledger, budget = self.ledger, self.ledger.budget
-        extra = sum(ledger.extra_blocks(r.spec.request_id, t) for r, t in zip(head, targets, strict=True))
-        num_new = sum(1 for r in head if not ledger.holds(r.spec.request_id))
-        has_slots = budget.max_seqs is None or ledger.num_seqs + num_new <= budget.max_seqs
-        return has_slots and extra <= ledger.num_free and all(ledger.fits_ever(t) for t in targets)
+        free, extra, num_new, targets = ledger.num_free, 0, 0, []
+        for req in head:
+            rid, target = req.spec.request_id, self._target_tokens(req)
+            extra += ledger.extra_blocks(rid, target)
+            if extra > free or not ledger.fits_ever(target):
+                return None
+            num_new += not ledger.holds(rid)
+            targets.append(target)
+        if budget.max_seqs is not None and ledger.num_seqs + num_new > budget.max_seqs:
+            return None
+        return targets
 
     def _target_tokens(self, req: Request) -> int:
         n = len(req.token_ids)
