@@ -98,7 +98,8 @@ def find_cell(key: str, lengths: Lengths, profiles: Path) -> GridCell:
 
 
 def per_model(after: str, before: str) -> dict[str, dict[str, float]]:
-    """Per model over the window: steps, mean batch, mean step and host gap (ms)."""
+    """Per model over the window: steps, mean batch, mean step and host gap (ms), hand-off messages received, their
+    mean transit (ms) and the share that missed a launch."""
 
     def delta(name: str) -> dict[str, float]:
         return metric_delta(after, before, name)
@@ -106,9 +107,14 @@ def per_model(after: str, before: str) -> dict[str, dict[str, float]]:
     steps, batch_sum, step_s = delta("tokenrouter_steps_total"), delta("tokenrouter_batch_size_sum"), delta(
         "tokenrouter_step_seconds_sum")  # fmt: skip
     gap_sum, gap_n = delta("tokenrouter_host_gap_seconds_sum"), delta("tokenrouter_host_gap_seconds_count")
+    transit, received = delta("tokenrouter_handoff_transit_seconds_total"), delta("tokenrouter_handoffs_received_total")
+    late = delta("tokenrouter_handoffs_late_total")
     return {m: {"steps": steps.get(m, 0.0), "mean_batch": batch_sum.get(m, 0.0) / max(1.0, steps.get(m, 0.0)),
                 "mean_step_ms": 1000 * step_s.get(m, 0.0) / max(1.0, steps.get(m, 0.0)),
-                "host_gap_ms": 1000 * gap_sum.get(m, 0.0) / max(1.0, gap_n.get(m, 0.0))}
+                "host_gap_ms": 1000 * gap_sum.get(m, 0.0) / max(1.0, gap_n.get(m, 0.0)),
+                "handoffs_received": received.get(m, 0.0),
+                "transit_ms": 1000 * transit.get(m, 0.0) / max(1.0, received.get(m, 0.0)),
+                "late_share": late.get(m, 0.0) / max(1.0, received.get(m, 0.0))}
             for m in MODELS if m in steps}  # fmt: skip
 
 
