@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from tokenrouter.cli import app
 from trsim.plan import PlanConfig, run_plan
-from trsim.ray_jobs import connect
+from trsim.ray_jobs import connect, node_slots
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP = ["sweep", "--concurrency", "3", "--tokens", "1000", "--workload", "short-reasoning"]  # 6 points
@@ -156,3 +156,9 @@ def test_without_the_flag_ray_is_never_imported(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[0, 0] False"
+
+
+def test_jobs_go_round_the_nodes_in_proportion_to_their_cpus() -> None:
+    assert node_slots({"b": 1, "a": 2}) == ["a", "b", "a"]
+    assert node_slots({"a": 1, "b": 1}) == ["a", "b"]
+    assert node_slots({"a": 0}) == []
