@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import json
 import os
 import statistics
@@ -36,6 +35,7 @@ from trserve.crossval.messages import ProgramChoice
 from trserve.crossval.plan import default_routers
 from trserve.crossval.predict import Calibration, load_calibration
 from trserve.crossval.workloads import make_workload
+from trsim.latency import TableModel
 
 CELL_TOKENS = 64
 CELL_CONCURRENCIES = (1, 4, 8)
@@ -51,14 +51,9 @@ def parse_args() -> argparse.Namespace:
 
 
 def at_batch(per_batch: dict[str, float], batch: int) -> float:
-    """A per-batch factor at ``batch``: interpolated between the batch sizes measured, the nearest beyond them."""
-    points = sorted((int(b), r) for b, r in per_batch.items())
-    if batch <= points[0][0]:
-        return points[0][1]
-    for (b0, r0), (b1, r1) in itertools.pairwise(points):
-        if batch <= b1:
-            return r0 + (r1 - r0) * (batch - b0) / (b1 - b0)
-    return points[-1][1]
+    """A per-batch factor at ``batch``: interpolated between the batch sizes measured, the nearest beyond them
+    (:class:`~trsim.latency.TableModel`'s rule)."""
+    return TableModel([int(b) for b in per_batch], list(per_batch.values())).predict(batch, 0, 0)
 
 
 def analyse(rounds: list[dict[str, Any]]) -> dict[str, Any]:

@@ -186,7 +186,7 @@ def sample_core(sim: Simulation, start_s: float, samples: list[dict[str, dict[st
 
 
 def median(values: list[float]) -> float | None:
-    return sorted(values)[len(values) // 2] if values else None
+    return statistics.median_high(values) if values else None
 
 
 def main() -> int:
