@@ -111,6 +111,8 @@ class AdaptiveController:
             return self._record(replace(solved, reason="in force")) if fresh else None
         if solved.predicted_gain <= self._needed_gain(solved.new):
             return self._record(replace(solved, reason="below min_gain")) if fresh else None
+        if solved.worst_gain is not None and solved.worst_gain <= self._needed_gain(solved.new):
+            return self._record(replace(solved, reason="below min_gain within the tables' spread")) if fresh else None
         last = self._last_switch_s
         # min_interval_s holds a vector against noise on the same traffic; after a change the traffic is new.
         if last is not None and now - last < self.config.min_interval_s and not self._changed_since(last):
@@ -148,7 +150,7 @@ class AdaptiveController:
 
     def _estimate(self) -> WindowEstimate | None:
         cfg, caps = self.config, self.max_batch
-        estimate = self.window.estimate(caps, self.base_latency_s)
+        estimate = self.window.estimate(caps, self.base_latency_s, cfg.gain_sigma)
         if estimate is None or estimate.routing.num_steps < cfg.min_steps:
             return None
         # Until the window has been full once it must fill; after a change the newer part decides as soon as it
@@ -158,8 +160,12 @@ class AdaptiveController:
             return None
         self._filled = self._filled or estimate.span_s >= cfg.min_fill * cfg.window_s - 1e-9
         n = estimate.concurrency
-        tables = tuple(row[: min(cap, n)] for row, cap in zip(estimate.latency_s, caps, strict=True))
-        return replace(estimate, latency_s=tables)
+
+        def cut(rows: tuple[tuple[float, ...], ...]) -> tuple[tuple[float, ...], ...]:
+            return tuple(row[: min(cap, n)] for row, cap in zip(rows, caps, strict=True))
+
+        flat, steep = (None if t is None else cut(t) for t in (estimate.flat_s, estimate.steep_s))
+        return replace(estimate, latency_s=cut(estimate.latency_s), flat_s=flat, steep_s=steep)
 
     def _record(self, retune: Retune) -> Retune:
         self._solved = retune

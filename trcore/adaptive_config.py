@@ -36,6 +36,11 @@ class AdaptiveConfig:
       tolerances and by ``change_sigma`` standard errors, the traffic changed: the older observations are dropped,
       and the controller solves on the newer ones at once (:mod:`trcore.adaptive_change`) instead of waiting for
       a window that still mixes both; a change after the last switch also lifts ``min_interval_s``;
+    * ``gain_sigma``: learning from nothing, each model's step-time line is fitted to the window's steps; a
+      switch to a vector that batches more on some model must also gain more than ``min_gain`` with each
+      model's slope this many standard errors flatter or steeper (every combination; the slope kept between
+      flat and the line through the origin): on steps as noisy as a shared CPU's a 2% gain can be inside what
+      the window can tell (0: off; models with base tables keep them);
     * ``method``: the optimizer's (``auto``: exact while cheap, else sampled; ``sampled``); ``max_candidates``:
       where more vectors are feasible, :func:`~trcore.throughput.optimize_on_grid` solves a grid (and the
       vector in force), then the box around its best, at a fraction of the CPU;
@@ -53,6 +58,7 @@ class AdaptiveConfig:
     solve_interval_s: float = 5.0
     change_window_s: float | None = None
     change_sigma: float = 4.0
+    gain_sigma: float = 2.0
     method: str = "auto"
     max_candidates: int = 256
     quantum_fraction: float = 0.1
@@ -73,6 +79,7 @@ class AdaptiveConfig:
             "solve_interval_s": self.solve_interval_s >= 0,
             "change_window_s": self.change_window_s is None or 0 <= self.change_window_s < self.window_s,
             "change_sigma": self.change_sigma > 0,
+            "gain_sigma": self.gain_sigma >= 0,
             "method": self.method in ("auto", "sampled", "exact"),
         }
         for name, ok in checks.items():
@@ -90,7 +97,8 @@ class Retune:
     """One solve and what came of it: at ``time_s`` the vector in force was ``old`` (predicted
     ``current_tok_s`` on the window's inputs), the best found ``new`` (``predicted_tok_s``) among
     ``num_candidates`` vectors solved; ``applied`` says whether the controller switched, ``reason`` why or why
-    not."""
+    not; ``worst_gain``: the least gain of ``new`` over ``old`` with the window's slopes moved within their
+    spread (None: not solved, as when ``new`` batches no more than ``old`` or no table was fitted)."""
 
     time_s: float
     old: tuple[int, ...]
@@ -102,6 +110,7 @@ class Retune:
     method: str
     inputs: WindowEstimate
     num_candidates: int = 0
+    worst_gain: float | None = None
 
     @property
     def predicted_gain(self) -> float:
@@ -119,6 +128,7 @@ class Retune:
             "reason": self.reason,
             "method": self.method,
             "num_candidates": self.num_candidates,
+            "worst_gain": self.worst_gain,
             "inputs": self.inputs.to_dict(),
         }
 

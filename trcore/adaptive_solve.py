@@ -3,13 +3,18 @@ in another process: the throughput model on a window's inputs, over the grid pas
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import islice
+from itertools import islice, product
+from typing import TYPE_CHECKING
 
 from trcore.adaptive_config import AdaptiveConfig, Retune
 from trcore.adaptive_window import WindowEstimate
 from trcore.policy import policies_for
+
+if TYPE_CHECKING:
+    from trcore.throughput import ThroughputModel
 
 
 @dataclass(frozen=True)
@@ -27,20 +32,25 @@ class SolveJob:
 
 def solve(job: SolveJob) -> Retune:
     """Optimize on the job's inputs (over the grid past ``max_candidates`` vectors), and solve the vector in
-    force (as clamped at that concurrency)."""
+    force (as clamped at that concurrency); where the best batches more on some model than the vector in force,
+    both again on the tables within the window's spread (:func:`worst_gain`)."""
     # numpy and scipy: only when solving
     from trcore.throughput import SamplingConfig, ThroughputModel, feasible_thresholds, optimize_on_grid
 
     cfg, inputs, n = job.config, job.inputs, job.inputs.concurrency
     quantum = min(min(row) for row in inputs.latency_s) * cfg.quantum_fraction
-    model = ThroughputModel(
-        inputs.P,
-        inputs.routing.C,
-        [list(row) for row in inputs.latency_s],
-        quantum_s=quantum,
-        max_batch=list(job.max_batch),
-        sampling=SamplingConfig(seed=cfg.seed, rel_std_error=sampling_precision(cfg.min_gain)),
-    )
+
+    def model_on(tables: Sequence[Sequence[float]]) -> ThroughputModel:
+        return ThroughputModel(
+            inputs.P,
+            inputs.routing.C,
+            [list(row) for row in tables],
+            quantum_s=quantum,
+            max_batch=list(job.max_batch),
+            sampling=SamplingConfig(seed=cfg.seed, rel_std_error=sampling_precision(cfg.min_gain)),
+        )
+
+    model = model_on(inputs.latency_s)
     current = in_force(job.thresholds, n)
     many = next(islice(feasible_thresholds(model.spec.batch_caps(n), n), cfg.max_candidates, None), None)
     if many is not None:
@@ -52,8 +62,28 @@ def solve(job: SolveJob) -> Retune:
     else:
         current_tok_s = model.solve(n, current, method=cfg.method).throughput_tok_s
     found, tok_s = best.thresholds, best.throughput_tok_s
+    worst = None
+    if any(b > c for b, c in zip(found, current, strict=True)):
+        worst = worst_gain(inputs, lambda tables: _gain(model_on(tables), n, found, current, cfg.method))
     solved = len(best.candidates)
-    return Retune(job.time_s, job.thresholds, found, tok_s, current_tok_s, False, "", best.method, inputs, solved)
+    return Retune(
+        job.time_s, job.thresholds, found, tok_s, current_tok_s, False, "", best.method, inputs, solved, worst
+    )  # fmt: skip
+
+
+def worst_gain(inputs: WindowEstimate, gain: Callable[[Sequence[Sequence[float]]], float]) -> float | None:
+    """The least ``gain`` over the tables that take each fitted model's flat or steep line (every combination;
+    None without fitted tables or where every line is exact)."""
+    if inputs.flat_s is None or inputs.steep_s is None or inputs.flat_s == inputs.steep_s:
+        return None
+    pairs = zip(inputs.flat_s, inputs.steep_s, strict=True)
+    choices = [(flat, steep) if flat != steep else (flat,) for flat, steep in pairs]
+    return min(gain(tables) for tables in product(*choices))
+
+
+def _gain(model: ThroughputModel, n: int, new: tuple[int, ...], old: tuple[int, ...], method: str) -> float:
+    before = model.solve(n, old, method=method).throughput_tok_s
+    return model.solve(n, new, method=method).throughput_tok_s / before - 1.0 if before > 0 else math.inf
 
 
 def sampling_precision(min_gain: float) -> float:

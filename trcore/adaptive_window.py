@@ -11,15 +11,13 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from trcore.adaptive_tables import StepTally, fit_table, merge_tallies
 from trcore.errors import ConfigError
 from trcore.routing_stats import RoutingStats, stats_from_counts
-
-#: Per model: batch size -> (number of steps, their total seconds).
-StepTally = Mapping[int, tuple[int, float]]
 
 
 @dataclass(frozen=True)
@@ -27,7 +25,7 @@ class Observation:
     """What happened from ``start_s`` to ``end_s``: ``transitions[i][j]`` request-steps on model ``i`` that
     went on to ``j`` (a finished request counts as going to the entry model, which a closed loop refills),
     ``kept[i][j]`` of them committed their token; ``active_s`` the integral of the active count over the span
-    (requests x seconds); ``steps`` per model the steps by batch size."""
+    (requests x seconds); ``steps`` per model the steps by batch size (count, seconds, squared seconds)."""
 
     start_s: float
     end_s: float
@@ -80,9 +78,10 @@ class ObservationBuilder:
 
     def record_step(self, model: int, batch_size: int, step_s: float) -> None:
         """Model ``model`` ran a step of ``batch_size`` requests that took ``step_s`` seconds."""
-        tally = self._steps[model].setdefault(batch_size, [0, 0.0])
+        tally = self._steps[model].setdefault(batch_size, [0, 0.0, 0.0])
         tally[0] += 1
         tally[1] += step_s
+        tally[2] += step_s * step_s
 
     def record_route(self, model: int, destination: int, kept: bool) -> None:
         """After a step on ``model`` a request went on to ``destination`` (its token kept or not)."""
@@ -103,7 +102,7 @@ class ObservationBuilder:
             tuple(tuple(row) for row in self._transitions),
             tuple(tuple(row) for row in self._kept),
             self._active_s,
-            tuple({b: (int(n), t) for b, (n, t) in steps.items()} for steps in self._steps),
+            tuple({b: (int(n), t, tt) for b, (n, t, tt) in steps.items()} for steps in self._steps),
         )
         self._reset(now)
         return obs
@@ -115,7 +114,9 @@ class WindowEstimate:
     model's row sent to model 0), the concurrency seen (time-weighted mean active count, rounded), per model a
     step-time table by batch size - 1 and its scale against the base latency (None without one: the table is
     then fitted to the measured steps), its steps and their mean batch size (0 without steps), and the window's
-    span."""
+    span; the fitted tables' flatter and steeper twins (``flat_s``, ``steep_s``: a model with a base table
+    repeats its table there; None where no table was fitted) and their slopes' standard errors
+    (:class:`~trcore.adaptive_tables.FittedTable`)."""
 
     routing: RoutingStats
     P: tuple[tuple[float, ...], ...]
@@ -127,6 +128,9 @@ class WindowEstimate:
     mean_batch: tuple[float, ...]
     #: The standard error of ``concurrency`` (:func:`concurrency_spread` of the spans over their count's root).
     concurrency_error: float = 0.0
+    flat_s: tuple[tuple[float, ...], ...] | None = None
+    steep_s: tuple[tuple[float, ...], ...] | None = None
+    slope_error_s: tuple[float | None, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary (tables cut to the batch sizes up to the concurrency)."""
@@ -141,6 +145,7 @@ class WindowEstimate:
             "num_request_steps": self.routing.num_steps,
             "span_s": self.span_s,
             "concurrency_error": round(self.concurrency_error, 3),
+            "slope_error_ms": [None if e is None else round(e * 1000, 4) for e in self.slope_error_s],
         }
 
 
@@ -169,34 +174,40 @@ class ObservationWindow:
         obs = self.observations
         return obs[-1].end_s - obs[0].start_s if obs else 0.0
 
-    def estimate(self, caps: Sequence[int], base_latency_s: Sequence[Sequence[float]] | None) -> WindowEstimate | None:
-        """The window's estimates, tables of ``caps[i]`` entries; None while some model has no step to learn
-        its step time from and no base latency to fall back on, or the window saw no time pass."""
+    def estimate(
+        self, caps: Sequence[int], base_latency_s: Sequence[Sequence[float]] | None, sigma: float = 0.0
+    ) -> WindowEstimate | None:
+        """The window's estimates, tables of ``caps[i]`` entries (fitted ones with a steeper twin ``sigma``
+        standard errors off); None while some model has no step to learn its step time from and no base
+        latency to fall back on, or the window saw no time pass."""
         m, span = self.num_models, self.span_s
         if span <= 0:
             return None
         total = tally(self.observations)
         kept = [[sum(o.kept[i][j] for o in self.observations) for j in range(m)] for i in range(m)]
         routing = stats_from_counts(total.transitions, kept)
-        tallies = [_merge(o.steps[i] for o in self.observations) for i in range(m)]
-        tables, scales = [], []
+        tallies = [merge_tallies([o.steps[i] for o in self.observations]) for i in range(m)]
+        fits = []
         for i in range(m):
             base = base_latency_s[i] if base_latency_s is not None else None
-            fitted = _table(tallies[i], base, caps[i])
+            fitted = fit_table(tallies[i], base, caps[i], sigma)
             if fitted is None:
                 return None
-            tables.append(fitted[0])
-            scales.append(fitted[1])
+            fits.append(fitted)
         concurrency = max(1, round(total.concurrency))
         means = total.span_concurrency
         error = concurrency_spread(means, total.concurrency) / math.sqrt(len(means))
-        num_steps = tuple(sum(n for n, _ in t.values()) for t in tallies)
+        num_steps = tuple(sum(n for n, _, _ in t.values()) for t in tallies)
         mean_batch = tuple(
-            sum(b * n for b, (n, _) in t.items()) / max(k, 1) for t, k in zip(tallies, num_steps, strict=True)
+            sum(b * n for b, (n, _, _) in t.items()) / max(k, 1) for t, k in zip(tallies, num_steps, strict=True)
         )
         P = tuple(row if i not in routing.unvisited else _to_entry(m) for i, row in enumerate(routing.P))
+        learnt = any(f.steep_s is not None for f in fits)
+        flat = tuple(f.flat_s or f.latency_s for f in fits) if learnt else None
+        steep = tuple(f.steep_s or f.latency_s for f in fits) if learnt else None
         return WindowEstimate(
-            routing, P, concurrency, tuple(tables), tuple(scales), num_steps, span, mean_batch, error
+            routing, P, concurrency, tuple(f.latency_s for f in fits), tuple(f.scale for f in fits), num_steps,
+            span, mean_batch, error, flat, steep, tuple(f.slope_error_s for f in fits),
         )  # fmt: skip
 
 
@@ -218,46 +229,6 @@ def _to_entry(m: int) -> tuple[float, ...]:
     # A model nobody visited gets a row back to model 0 rather than a self-loop: a transient state, so the
     # chain keeps one closed class.
     return tuple(1.0 if j == 0 else 0.0 for j in range(m))
-
-
-def _merge(tallies: Any) -> dict[int, tuple[int, float]]:
-    merged: dict[int, tuple[int, float]] = {}
-    for tally in tallies:
-        for b, (n, t) in tally.items():
-            n0, t0 = merged.get(b, (0, 0.0))
-            merged[b] = (n0 + n, t0 + t)
-    return merged
-
-
-def base_at(base: Sequence[float], batch_size: int) -> float:
-    """A base table's latency at ``batch_size`` (entries by batch size - 1; larger batches use the last)."""
-    return base[min(batch_size, len(base)) - 1]
-
-
-def _table(
-    tally: Mapping[int, tuple[int, float]], base: Sequence[float] | None, cap: int
-) -> tuple[tuple[float, ...], float | None] | None:
-    """A model's step-time table: the base scaled by measured / predicted, else a line fitted to the steps."""
-    steps = sum(n for n, _ in tally.values())
-    if base is not None:
-        predicted = sum(n * base_at(base, b) for b, (n, _) in tally.items())
-        scale = sum(t for _, t in tally.values()) / predicted if steps and predicted > 0 else 1.0
-        return tuple(base_at(base, b) * scale for b in range(1, cap + 1)), scale
-    if not steps:
-        return None
-    return _fitted_line(tally, cap), None
-
-
-def _fitted_line(tally: Mapping[int, tuple[int, float]], cap: int) -> tuple[float, ...]:
-    """Weighted least squares of step time on batch size; a step never gets faster with a larger batch."""
-    n = sum(c for c, _ in tally.values())
-    mean_b = sum(b * c for b, (c, _) in tally.items()) / n
-    mean_t = sum(t for _, t in tally.values()) / n
-    var = sum(c * (b - mean_b) ** 2 for b, (c, _) in tally.items())
-    cov = sum((b - mean_b) * (t - c * mean_t) for b, (c, t) in tally.items())
-    slope = max(cov / var, 0.0) if var > 0 else 0.0
-    floor = min(t / c for c, t in tally.values())
-    return tuple(max(mean_t + slope * (b - mean_b), floor) for b in range(1, cap + 1))
 
 
 def latency_moved(before: WindowEstimate, after: WindowEstimate, tolerance: float) -> bool:

@@ -65,6 +65,7 @@ class AdaptiveThresholdsConfig(StrictSection):
     solve_interval_s: float = Field(5.0, ge=0)
     change_window_s: float | None = Field(None, ge=0)
     change_sigma: float = Field(4.0, gt=0)
+    gain_sigma: float = Field(2.0, ge=0)
     method: Literal["auto", "sampled", "exact"] = "auto"
     max_candidates: int = Field(256, ge=1)
     tick_s: float = Field(1.0, gt=0)

@@ -46,6 +46,7 @@ class AdaptiveSpec(Strict):
     solve_interval_s: float = Field(default=5.0, ge=0)
     change_window_s: float | None = Field(default=None, ge=0)
     change_sigma: float = Field(default=4.0, gt=0)
+    gain_sigma: float = Field(default=2.0, ge=0)
     method: Literal["auto", "sampled", "exact"] = "auto"
     max_candidates: int = Field(default=256, ge=1)
     tick_s: Positive = 1.0

@@ -49,7 +49,7 @@ def test_builder_tallies_routes_steps_and_the_time_weighted_active_count():
     obs = b.flush(4.0)
     assert obs.transitions == ((0, 2), (1, 0)) and obs.kept == ((0, 1), (1, 0))
     assert obs.active_s == pytest.approx(28.0)
-    assert obs.steps[0] == {2: (2, pytest.approx(0.04))} and obs.steps[1] == {}
+    assert obs.steps[0] == {2: (2, pytest.approx(0.04), pytest.approx(0.001))} and obs.steps[1] == {}
     assert b.flush(5.0).active_s == pytest.approx(8.0)  # the next span starts from the count in force
 
 

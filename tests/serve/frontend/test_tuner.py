@@ -56,7 +56,7 @@ def test_reports_become_the_window_by_hand():
     t.on_step(report(1, stays=1, moves=0, finished=2))
     obs = t.builder.flush(1.0)
     assert obs.transitions == ((2, 2), (2, 1)) and obs.kept == ((2, 1), (2, 1))
-    assert obs.steps[0] == {4: (1, 0.006)} and obs.steps[1] == {3: (1, 0.0279)}
+    assert obs.steps[0] == {4: (1, 0.006, 0.006**2)} and obs.steps[1] == {3: (1, 0.0279, 0.0279**2)}
 
 
 def test_a_collapsed_vector_is_switched_in_one_message_to_all():
