@@ -153,8 +153,11 @@ SOLVE_SIGMA = 2.0
 
 def concurrency_moved(before: WindowEstimate, after: WindowEstimate, tolerance: float) -> bool:
     """The concurrency moved by at least one request, by ``tolerance`` (relative) and by more than
-    :data:`SOLVE_SIGMA` standard errors of the two windows' means."""
+    :data:`SOLVE_SIGMA` standard errors of the two windows' means. The earlier window's error counts at most as
+    much as the later one's: spans that spread more than the traffic now were mixing two regimes (a window over
+    the start-up ramp, half idle), and that spread must not hide the move from it."""
     n0, n1 = before.concurrency, after.concurrency
     if abs(n1 - n0) < max(1.0, tolerance * n0):
         return False
-    return abs(n1 - n0) > SOLVE_SIGMA * math.hypot(before.concurrency_error, after.concurrency_error)
+    e1 = after.concurrency_error
+    return abs(n1 - n0) > SOLVE_SIGMA * math.hypot(min(before.concurrency_error, e1), e1)

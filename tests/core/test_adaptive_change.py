@@ -72,6 +72,18 @@ def test_a_swing_within_the_spread_does_not_solve_again_a_real_move_does():
     assert not has_moved(swinging, estimate([50] * 5), config)
 
 
+def test_a_window_over_the_start_up_ramp_does_not_hide_the_move_from_it():
+    config = AdaptiveConfig(concurrency_tolerance=0.1)
+    ramp = estimate([0] * 4 + [8] * 6)  # mean 4.8: the solve saw N = 5, its spans 0 and 8 (error 1.31)
+    steady = estimate([8] * 10)  # the square-root floor: 2.83 / sqrt(10) = 0.89
+    assert ramp.concurrency == 5 and steady.concurrency == 8
+    assert ramp.concurrency_error == pytest.approx(1.306, abs=1e-3)
+    # 3 requests apart: within 2 x hypot(1.31, 0.89) = 3.2 of two noisy windows, but the ramp's spread is the ramp,
+    # not noise: at most the steady window's error counts for it, 2 x hypot(0.89, 0.89) = 2.5.
+    assert has_moved(ramp, steady, config)
+    assert not has_moved(steady, estimate([8] * 9 + [7]), config)
+
+
 def test_too_short_a_history_tells_nothing():
     obs = seconds(MILD, 0, 1) + seconds(REASONING, 1, 2)
     assert change_point(obs, 1.0, 2.0, **KNOBS) is None  # the older part spans 1 s of the 2 needed
