@@ -115,6 +115,21 @@ def test_malformed_scenario_file_exit_2(tmp_path):
     assert result.exit_code == 2 and "unknown routing program 'bogus'" in result.stderr
 
 
+def test_a_scenarios_adaptive_knobs_without_adaptive_thresholds_are_named_not_dropped(tmp_path):
+    path = tmp_path / "knobs.yaml"
+    path.write_text(
+        "models: [{latency: {ms: 5}}, {latency: {ms: 20}}]\n"
+        "router: {program: markov, P: [[0.8, 0.2], [1.0, 0.0]], C: [[1.0, 0.0], [1.0, 0.0]]}\n"
+        "workload: {concurrency: 4}\nadaptive: {window_s: 4.0}\n"
+    )
+    static = run("simulate", "--scenario", path, "--tokens", "2000")
+    assert static.exit_code == 0, static.output
+    assert "adaptive: knobs apply with --thresholds adaptive" in static.stderr
+    tuned = run("simulate", "--scenario", path, "--tokens", "2000", "--thresholds", "adaptive")
+    assert tuned.exit_code == 0, tuned.output
+    assert "note:" not in tuned.stderr
+
+
 def test_sweep_writes_json_and_plot(tmp_path):
     result = run("sweep", "--concurrency", "2,3", "--tokens", "2000", "--jobs", "2", "--out", tmp_path)
     assert result.exit_code == 0, result.output

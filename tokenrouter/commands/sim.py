@@ -89,6 +89,11 @@ def build_config(
         if any(x is not None for x in (P, C, latency_ms, pair)):
             raise ConfigError("--scenario", "give either a scenario file or --pair/--P/--C/--latency-ms, not both")
         config, spec = _scenario_config(scenario, adaptive)
+        if not adaptive and "adaptive" in spec.model_fields_set:
+            typer.echo(
+                f"note: {scenario}'s adaptive: knobs apply with --thresholds adaptive; this run keeps its vector",
+                err=True,
+            )
         if workload is not None:
             config = replace(config, workload=preset(workload, concurrency=config.workload.concurrency))
     else:
