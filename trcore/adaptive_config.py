@@ -98,7 +98,8 @@ class Retune:
     ``current_tok_s`` on the window's inputs), the best found ``new`` (``predicted_tok_s``) among
     ``num_candidates`` vectors solved; ``applied`` says whether the controller switched, ``reason`` why or why
     not; ``worst_gain``: the least gain of ``new`` over ``old`` with the window's slopes moved within their
-    spread (None: not solved, as when ``new`` batches no more than ``old`` or no table was fitted)."""
+    spread (None: not solved, as when ``new`` batches no more than ``old``, gains no more than ``min_gain`` on the
+    fitted tables already, or no table was fitted)."""
 
     time_s: float
     old: tuple[int, ...]

@@ -32,8 +32,8 @@ class SolveJob:
 
 def solve(job: SolveJob) -> Retune:
     """Optimize on the job's inputs (over the grid past ``max_candidates`` vectors), and solve the vector in
-    force (as clamped at that concurrency); where the best batches more on some model than the vector in force,
-    both again on the tables within the window's spread (:func:`worst_gain`)."""
+    force (as clamped at that concurrency); where the best batches more on some model than the vector in force
+    and beats it by ``min_gain``, both again on the tables within the window's spread (:func:`worst_gain`)."""
     # numpy and scipy: only when solving
     from trcore.throughput import SamplingConfig, ThroughputModel, feasible_thresholds, optimize_on_grid
 
@@ -63,7 +63,9 @@ def solve(job: SolveJob) -> Retune:
         current_tok_s = model.solve(n, current, method=cfg.method).throughput_tok_s
     found, tok_s = best.thresholds, best.throughput_tok_s
     worst = None
-    if any(b > c for b, c in zip(found, current, strict=True)):
+    # Only a switch that batches more and clears min_gain on the fitted tables is due to be checked on the others.
+    batches_more = any(b > c for b, c in zip(found, current, strict=True))
+    if batches_more and tok_s > current_tok_s * (1 + cfg.min_gain):
         worst = worst_gain(inputs, lambda tables: _gain(model_on(tables), n, found, current, cfg.method))
     solved = len(best.candidates)
     return Retune(

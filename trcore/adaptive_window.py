@@ -177,8 +177,8 @@ class ObservationWindow:
     def estimate(
         self, caps: Sequence[int], base_latency_s: Sequence[Sequence[float]] | None, sigma: float = 0.0
     ) -> WindowEstimate | None:
-        """The window's estimates, tables of ``caps[i]`` entries (fitted ones with a steeper twin ``sigma``
-        standard errors off); None while some model has no step to learn its step time from and no base
+        """The window's estimates, tables of ``caps[i]`` entries (fitted ones with flatter and steeper twins
+        ``sigma`` standard errors off); None while some model has no step to learn its step time from and no base
         latency to fall back on, or the window saw no time pass."""
         m, span = self.num_models, self.span_s
         if span <= 0:

@@ -111,6 +111,14 @@ def test_a_switch_toward_batching_must_hold_within_the_tables_spread(noise, gain
         assert retune.reason == "below min_gain within the tables' spread" and retune.worst_gain < 0.02
 
 
+def test_a_switch_short_of_min_gain_on_the_fitted_tables_is_not_solved_again_on_the_others():
+    ctl = AdaptiveController(AdaptiveConfig(window_s=5.0), (2, 1))
+    ctl.observe(span(0.0, 5.0, (0.002, 0.004)))
+    retune = ctl.decide(5.0)
+    assert retune.new == (2, 2) and 0 < retune.predicted_gain < 0.02  # batches more, but by too little
+    assert retune.reason == "below min_gain" and retune.worst_gain is None
+
+
 def test_gain_sigma_must_not_be_negative():
     with pytest.raises(ConfigError, match="gain_sigma"):
         AdaptiveConfig(gain_sigma=-1.0)
