@@ -16,6 +16,7 @@ from typing import Any
 
 from trcore import RequestSpec
 from trserve.frontend.book import FrontEnd
+from trserve.frontend.generation import Overloaded, Unavailable
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class Client:
         self.successor: dict[str, str] = {}  # a finished request -> its session's next (closed loop)
         self.send_lags: list[float] = []  # per request sent: from its arrival time to the submit call
         self.error: str | None = None
+        self.num_refused = 0  #: requests the front end refused (its queue full, or a model down)
 
     def start(self, start: float) -> list[asyncio.Task[None]]:
         """Start sending (``start``: the cell's start on the monotonic clock); cancelling the tasks stops it."""
@@ -69,7 +71,7 @@ class Client:
 
     async def send(self, k: int, fraction: float, submitted: float) -> bool:
         """Submit the workload's ``k``-th request, ``fraction`` of its drawn length, as submitted at ``submitted``,
-        and record its tokens until it is done; False when it failed (``error`` says why)."""
+        and record its tokens until it is done; False when it failed or was refused (``error`` says why)."""
         wl = self.workload
         prompt = wl.prompts[k % len(wl.prompts)]
         rid = self.request_id(k)
@@ -81,7 +83,12 @@ class Client:
         if max_tokens == full:
             self.full_length.add(rid)
         self.send_lags.append(max(0.0, time.monotonic() - submitted))
-        gen = self.frontend.submit(spec, list(prompt), {})
+        try:
+            gen = self.frontend.submit(spec, list(prompt), {})
+        except (Overloaded, Unavailable) as exc:
+            self.num_refused += 1
+            self.error = self.error or f"refused: {exc}"
+            return False
         first, count = 0.0, 0
         while True:
             kind, value = await gen.events.get()

@@ -187,6 +187,12 @@ async def run_cell(
     for m in range(num_models):
         dump = await frontend.reconfigure(m, record_trace=False)
         events.extend(RouteEvent(*e) for e in dump.events)
+    if client.num_refused:
+        raise ConfigError(
+            "--rate" if isinstance(load, Arrivals) else "--concurrency",
+            f"cell {tag}: the server refused {client.num_refused} requests ({client.error}): the load is beyond what "
+            "it queues; lower it, or raise server.max_waiting_requests",
+        )
     if client.error is not None:
         raise RuntimeError(f"cell {tag}: a request failed: {client.error}")
     window = (start + workload.warmup_s, start + workload.warmup_s + workload.measure_s)

@@ -90,7 +90,10 @@ def admit(
         raise Refused(prompt, f"the {prompt} is empty (it tokenizes to no tokens)")
     check_token_ids(prompt, ids, limits.vocab_size)
     param = "max_completion_tokens" if chat else "max_tokens"
+    asked = max_tokens
     max_tokens = check_context(limits, len(ids), max_tokens, param)
+    if asked is None and kv_capacity is not None and len(ids) < kv_capacity:
+        max_tokens = min(max_tokens, kv_capacity - len(ids))  # "the room left": in the context and the KV cache
     check_kv(kv_capacity, len(ids), max_tokens, param)
     check_token_ids("stop_token_ids", body.stop_token_ids or (), limits.vocab_size)
     check_token_ids("logit_bias", list(body.logit_bias_ids), limits.vocab_size)
@@ -144,7 +147,8 @@ def check_kv(kv_capacity: int | None, num_prompt: int, max_tokens: int, param: s
         raise Refused(
             param if num_prompt < kv_capacity else "prompt",
             f"prompt ({num_prompt} tokens) + max_tokens ({max_tokens}) exceeds the KV cache of {kv_capacity} "
-            "tokens (the smallest of the models a request may visit); lower max_tokens or raise kv_cache_gib",
+            "tokens (the smallest of the models a request may visit); lower max_tokens or give the models more KV "
+            "cache (kv_cache_gib; emulated.kv_tokens on emulated engines)",
         )
 
 

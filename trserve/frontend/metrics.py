@@ -189,6 +189,8 @@ class Metrics:
             self.queue_length.labels(model).set(state.num_ready)
             self.resident.labels(model).set(state.num_resident)
             self.kv_usage.labels(model).set(state.kv_usage)
+            if state.memory:  # blocks freed by a release or an abort, which no step reports
+                self.observe_memory(model, state.memory)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -28,6 +28,7 @@ from trserve.crossval.plan import Rate, default_routers, make_plan
 from trserve.crossval.predict import Calibration, routing_stats, sim_result
 from trserve.crossval.report import markdown_table, summarize
 from trserve.crossval.sim_open import TRACE_ASSIGNMENTS, replay_of, scored_replay
+from trserve.frontend.generation import Overloaded
 from trsim.latency import ConstantModel
 
 app = typer.Typer()
@@ -150,6 +151,34 @@ def test_the_open_client_sends_at_the_arrival_times_and_cancels_the_unfinished()
     # Sent about a second after their arrival times: each send's lag is that second, less its arrival's offset.
     assert len(client.send_lags) == 4
     assert all(1.0 - 0.01 * k <= lag < 1.0 - 0.01 * k + 0.05 for k, lag in enumerate(client.send_lags))
+
+
+class _FullFrontEnd(_FrontEnd):
+    """Refuses every request after the first two, as a front end whose waiting queue is full."""
+
+    def submit(self, spec, prompt, extra):
+        if len(self.submitted) >= 2:
+            raise Overloaded("256 requests are already waiting (limit 256)")
+        return super().submit(spec, prompt, extra)
+
+
+def test_refused_requests_are_counted_and_raise_no_task_exception():
+    workload = ClientWorkload(((1, 2),), 3, 0.0, 0.1)
+    client = OpenClient(_FullFrontEnd(), workload, "t", Arrivals((0.0, 0.0, 0.0, 0.0, 0.0), "test"))
+
+    async def drive():
+        loop_errors = []
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, context: loop_errors.append(context))
+        tasks = client.start(time.monotonic() - 1.0)
+        await asyncio.sleep(0.05)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return loop_errors
+
+    assert asyncio.run(drive()) == []
+    assert client.num_refused == 3 and client.num_sent == 5 and client.finished == {"t-0"}
+    assert client.error == "refused: 256 requests are already waiting (limit 256)"
 
 
 def _run(tok_s, offered=None, send_lags=()):

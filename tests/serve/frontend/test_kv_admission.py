@@ -35,3 +35,12 @@ def test_a_prompt_alone_larger_than_the_cache_is_refused_naming_the_prompt():
 
 def test_without_a_known_capacity_only_the_context_limit_applies():
     assert admit(LIMITS, body(1948), [5] * 100, 1948, chat=False).max_tokens == 1948
+
+
+def test_without_max_tokens_the_room_left_is_the_smaller_of_the_context_and_the_cache():
+    plain = CompletionRequest(model="tokenrouter", prompt=[5] * 100)
+    assert admit(LIMITS, plain, [5] * 100, None, chat=False, kv_capacity=512).max_tokens == 412
+    assert admit(LIMITS, plain, [5] * 100, None, chat=False, kv_capacity=100_000).max_tokens == 1948
+    with pytest.raises(Refused) as refused:  # a prompt that fills the cache leaves no room at all
+        admit(LIMITS, plain, [5] * 512, None, chat=False, kv_capacity=512)
+    assert refused.value.param == "prompt"

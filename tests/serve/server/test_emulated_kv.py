@@ -91,6 +91,8 @@ def test_tight_pools_serve_the_reference_tokens_and_free_everything(tight: tuple
     memory = [w["memory"] for w in state["workers"]]
     assert [m["blocks_total"] for m in memory] == [8, 10]
     assert all(m["blocks_used"] == 0 for m in memory)
+    fresh = kv_metrics(url)  # /metrics reads the workers' state too: blocks freed without a step show there
+    assert [fresh[m, kind] for m in ("small", "large") for kind in ("used", "parked")] == [0, 0, 0, 0], fresh
     given_up = sum(m["spilled"] + m["preempted"] for m in memory)
     if policy == "admission-limit":
         assert given_up == 0 and sum(m["admission_waits"] for m in memory) > 0
