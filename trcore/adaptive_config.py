@@ -65,26 +65,31 @@ class AdaptiveConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        checks = {
-            "window_s": self.window_s > 0,
-            "min_gain": 0 <= self.min_gain < 1,
-            "min_interval_s": self.min_interval_s >= 0,
-            "min_steps": self.min_steps >= 1,
-            "min_fill": 0 <= self.min_fill <= 1,
-            "tolerance": self.tolerance >= 0,
-            "concurrency_tolerance": self.concurrency_tolerance >= 0,
-            "latency_tolerance": self.latency_tolerance >= 0,
-            "max_candidates": self.max_candidates >= 1,
-            "quantum_fraction": 0 < self.quantum_fraction <= 1,
-            "solve_interval_s": self.solve_interval_s >= 0,
-            "change_window_s": self.change_window_s is None or 0 <= self.change_window_s < self.window_s,
-            "change_sigma": self.change_sigma > 0,
-            "gain_sigma": self.gain_sigma >= 0,
-            "method": self.method in ("auto", "sampled", "exact"),
+        checks = {  # name: (in range, the range)
+            "window_s": (self.window_s > 0, "> 0"),
+            "min_gain": (0 <= self.min_gain < 1, "in [0, 1)"),
+            "min_interval_s": (self.min_interval_s >= 0, ">= 0"),
+            "min_steps": (self.min_steps >= 1, ">= 1"),
+            "min_fill": (0 <= self.min_fill <= 1, "in [0, 1]"),
+            "tolerance": (self.tolerance >= 0, ">= 0"),
+            "concurrency_tolerance": (self.concurrency_tolerance >= 0, ">= 0"),
+            "latency_tolerance": (self.latency_tolerance >= 0, ">= 0"),
+            "max_candidates": (self.max_candidates >= 1, ">= 1"),
+            "quantum_fraction": (0 < self.quantum_fraction <= 1, "in (0, 1]"),
+            "solve_interval_s": (self.solve_interval_s >= 0, ">= 0"),
+            "change_window_s": (
+                self.change_window_s is None or 0 <= self.change_window_s < self.window_s,
+                f">= 0 and below window_s ({self.window_s})",
+            ),
+            "change_sigma": (self.change_sigma > 0, "> 0"),
+            "gain_sigma": (self.gain_sigma >= 0, ">= 0"),
+            "method": (self.method in ("auto", "sampled", "exact"), "one of auto, sampled, exact"),
         }
-        for name, ok in checks.items():
-            if not ok:
-                raise ConfigError(f"adaptive.{name}", f"out of range: {getattr(self, name)!r}")
+        for name, (ok, bounds) in checks.items():
+            value = getattr(self, name)
+            finite = not isinstance(value, float) or math.isfinite(value)
+            if not ok or not finite:
+                raise ConfigError(f"adaptive.{name}", f"must be finite and {bounds}, got {value!r}")
 
     @property
     def change_s(self) -> float:

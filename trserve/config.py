@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from trcore.adaptive_config import AdaptiveConfig
 from trcore.errors import ConfigError
 from trserve.model_config import ModelConfig, StrictSection, check_models
 from trserve.pairs.fill import apply_pair
@@ -72,6 +73,19 @@ class AdaptiveThresholdsConfig(StrictSection):
     initial: list[int] | None = None
     max_cpu_fraction: float = Field(0.02, gt=0, le=1)
     cpu_credit_s: float = Field(5.0, ge=0)
+
+    @model_validator(mode="after")
+    def _within_the_cores_ranges(self) -> AdaptiveThresholdsConfig:
+        """The checks across knobs the core makes (``change_window_s`` below ``window_s``), named in full."""
+        try:
+            AdaptiveConfig(**self.core_knobs())
+        except ConfigError as exc:
+            raise ConfigError(f"batching.{exc.field}", exc.problem) from None
+        return self
+
+    def core_knobs(self) -> dict[str, Any]:
+        """The knobs of ``trcore.adaptive.AdaptiveConfig`` (the rest are the front end's)."""
+        return self.model_dump(exclude={"tick_s", "initial", "max_cpu_fraction", "cpu_credit_s"})
 
 
 class BatchingConfig(StrictSection):
@@ -212,9 +226,20 @@ class ServeConfig(StrictSection):
             raise ValueError(f"batching.thresholds needs one entry per model ({n}), got {len(thresholds)}")
         if self.batching.tables is not None and len(self.batching.tables) != n:
             raise ValueError(f"batching.tables needs one table per model ({n})")
+        if self.mode != "routed" and (self.batching.tables is not None or thresholds not in (None, [1] * n)):
+            given = "batching.tables" if self.batching.tables is not None else f"batching.thresholds {thresholds!r}"
+            raise ValueError(f"{given}: mode {self.mode!r} has no delayed batching, so it would do nothing")
         check_models(self.mode, self.backend, self.models)
         if self.cluster is not None:
             _check_cluster(self.cluster, self.mode, self.models)
+        pool_less = self.backend == "hash" or (
+            self.backend == "emulated" and any(m.emulated is None or m.emulated.kv_tokens is None for m in self.models)
+        )
+        if self.server.kv_admission and pool_less:
+            raise ValueError(
+                f"server.kv_admission needs a KV pool on every model; backend {self.backend!r} has none without "
+                "models[i].emulated.kv_tokens, so it would do nothing"
+            )
         if self.server.kv_admission and (self.mode != "routed" or self.memory.policy == "off"):
             why = f"mode {self.mode!r}" if self.mode != "routed" else "memory.policy 'off' (no KV accounting)"
             raise ValueError(f"server.kv_admission needs mode 'routed' with KV accounting; it does nothing with {why}")

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 class StrictSection(BaseModel):
     """A section of the serve config: an unknown field is an error and the values are frozen."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class PlacementConfig(StrictSection):
@@ -90,6 +90,9 @@ class ModelConfig(StrictSection):
             )
         if place.cpus is not None and len(place.cpus) < k:
             raise ValueError(f"placement.cpus: {len(place.cpus)} core(s) for {k} replicas; each replica needs its own")
+        kv_tokens = self.emulated.kv_tokens if self.emulated is not None else None
+        if kv_tokens is not None and kv_tokens < self.block_size:
+            raise ValueError(f"emulated.kv_tokens: {kv_tokens} tokens hold no whole block of {self.block_size}")
         return self
 
     def process_name(self, replica: int) -> str:

@@ -63,7 +63,7 @@ def bench(
         None, "--arrival-seed", help="Seed of --rate's arrivals; window k draws seed + k [0]."
     ),
     repetitions: int = typer.Option(3, min=1, help="Measured windows per system, router and N (or rate)."),
-    max_tokens: int = typer.Option(32, min=2, help="Output tokens per request (without --lengths)."),
+    max_tokens: int | None = typer.Option(None, min=2, help="Output tokens per request (without --lengths) [32]."),
     lengths: str | None = typer.Option(
         None, "--lengths", help="Lengths from a simulator preset: short-reasoning, long-reasoning, short-reasoning-cpu."
     ),
@@ -102,12 +102,18 @@ def bench(
 
     if length_scale is not None and lengths is None:  # before anything loads: it would scale nothing
         raise ConfigError("--length-scale", "scales --lengths; give --lengths too")
+    if max_tokens is not None and lengths is not None:
+        raise ConfigError("--max-tokens", "--lengths draws each request's output length; give one of them")
     if concurrency is not None and (rate is not None or arrivals is not None):
         raise ConfigError("--concurrency", "sets the closed loop; --rate / --arrivals the open loop: give one of them")
     open_load = load_of(rate, arrivals, arrival_seed, warmup_s, window_s)
     sys_names, router_names = _names(systems), _names(routers)
     check_names(sys_names, router_names)
-    ns = _ints(concurrency or CLOSED_DEFAULT, "concurrency") if open_load is None else TABLE_CONCURRENCIES
+    ns = (
+        _ints(CLOSED_DEFAULT if concurrency is None else concurrency, "concurrency")
+        if open_load is None
+        else TABLE_CONCURRENCIES
+    )
     if drift not in DRIFT_MODES:
         raise ConfigError("--drift", f"unknown mode {drift!r}; valid: {', '.join(DRIFT_MODES)}")
     opt.check_positive(drift_tolerance, "--drift-tolerance")
@@ -119,7 +125,9 @@ def bench(
         raise ConfigError("systems", f"vllm-server needs real engines (backend: vllm), not {base.get('backend')!r}")
     base["server"]["max_active_requests"] = max(base["server"]["max_active_requests"], max(ns))
     ServeConfig.model_validate(base)
-    workload = Workload(max_tokens, warmup_s, window_s, lengths=_lengths(lengths, length_scale, base))
+    workload = Workload(
+        32 if max_tokens is None else max_tokens, warmup_s, window_s, lengths=_lengths(lengths, length_scale, base)
+    )
     check_num_models(len(base["models"]))  # before the probe starts engines
     costs = load_stack(stack, len(base["models"])) if stack is not None else None
     load_before = os.getloadavg()[0]

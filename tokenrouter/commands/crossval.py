@@ -38,7 +38,9 @@ def crossval(
     markov_c: str = typer.Option("[[1,0],[1,0]]", "--markov-c", help="C of the markov router (JSON)."),
     tau: float = typer.Option(6.0, "--tau", help="rstitch: small-model entropy that hands over."),
     tau_back: float = typer.Option(5.0, "--tau-back", help="rstitch: large-model entropy below which it hands back."),
-    max_tokens: int = typer.Option(96, "--max-tokens", help="Output tokens per request (no stop tokens)."),
+    max_tokens: int | None = typer.Option(
+        None, "--max-tokens", help="Output tokens per request (no stop tokens; without --lengths) [96]."
+    ),
     warmup_s: float = typer.Option(3.0, "--warmup-s", help="Seconds per cell before the measured window."),
     measure_s: float = typer.Option(12.0, "--measure-s", help="Measured seconds per cell."),
     repeats: int = typer.Option(
@@ -91,6 +93,11 @@ def crossval(
         for name in routers.split(",")
         if name.strip()
     ]
+    if not choices:
+        raise ConfigError("--routers", f"needs at least one router, got {routers!r}")
+    if max_tokens is not None and lengths is not None:
+        raise ConfigError("--max-tokens", "--lengths draws each request's output length; give one of them")
+    max_tokens = 96 if max_tokens is None else max_tokens
     for key, value in {"--max-tokens": max_tokens, "--repeats": repeats, "--full-grid-max-n": full_grid_max_n}.items():
         if value < 1:
             raise ConfigError(key, f"must be >= 1, got {value}")
@@ -101,7 +108,7 @@ def crossval(
     preset = Lengths(lengths, 1.0 if length_scale is None else length_scale) if lengths is not None else None
     workloads = ["lengths"]
     if preset is None:
-        workloads = [w.strip() for w in (workload or "fixed").split(",") if w.strip()]
+        workloads = [w.strip() for w in ("fixed" if workload is None else workload).split(",") if w.strip()]
         for name in workloads or [""]:
             if name not in WORKLOADS:
                 raise ConfigError("--workload", f"unknown workload {name!r}; valid: {', '.join(WORKLOADS)}")
@@ -158,7 +165,7 @@ def _loads(
         raise ConfigError("--rate", "sets the open loop; --concurrency the closed loop: give one of them")
     if rates := rate_options(rate, arrival_seed):
         return [], rates
-    return opt.parse_ints(concurrency or "1,2,4,8", "--concurrency"), ()
+    return opt.parse_ints("1,2,4,8" if concurrency is None else concurrency, "--concurrency"), ()
 
 
 def _progress(message: str) -> None:

@@ -59,7 +59,12 @@ def _pair_params(base: Mapping[str, Any], router: str) -> dict[str, Any]:
 
 
 def check_names(systems: Sequence[str], routers: Sequence[str]) -> None:
-    """Unknown system or router names are a ConfigError listing the valid ones."""
+    """Unknown system or router names are a ConfigError listing the valid ones; so is an empty list where one is
+    needed (every routed system runs once per router)."""
+    if not systems:
+        raise ConfigError("systems", f"needs at least one system; valid: {', '.join(BENCH_SYSTEMS)}")
+    if not routers and any(s not in SINGLE_MODEL for s in systems):
+        raise ConfigError("routers", f"the routed systems need at least one router; valid: {', '.join(ROUTER_PARAMS)}")
     for s in systems:
         if s not in BENCH_SYSTEMS:
             raise ConfigError("systems", f"unknown system {s!r}; valid: {', '.join(BENCH_SYSTEMS)}")

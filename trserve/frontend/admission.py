@@ -156,6 +156,8 @@ def check_extras(body: SamplingFields) -> None:
     """Fields whose meaning depends on another field, and the size of ``routing_extra``."""
     if body.return_token_ids and body.stream:
         raise Refused("return_token_ids", "only supported without stream")
+    if body.stream_options is not None and not body.stream:
+        raise Refused("stream_options", "only allowed with stream: true (as OpenAI's and vLLM's servers answer)")
     extra = body.routing_extra or {}
     for key, what in ((INCARNATION, "crash recovery"), (PIN_KEY, "replica pins")):
         if key in extra:

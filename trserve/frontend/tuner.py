@@ -57,8 +57,7 @@ class Tuner:
         clock: Callable[[], float] = time.monotonic,
         say: Callable[[str], None] = _stderr,
     ) -> None:
-        knobs = cfg.model_dump(exclude={"tick_s", "initial", "max_cpu_fraction", "cpu_credit_s"})
-        self.controller = AdaptiveController(AdaptiveConfig(**knobs), thresholds, max_batch=max_batch)
+        self.controller = AdaptiveController(AdaptiveConfig(**cfg.core_knobs()), thresholds, max_batch=max_batch)
         self.cfg, self.entry_model, self.names = cfg, entry_model, list(model_names)
         self.broadcast, self.num_active, self.clock, self.say = broadcast, num_active, clock, say
         self.started = clock()

@@ -47,13 +47,17 @@ def resolve_thresholds(
         return [1] * cfg.num_models
     if given == "auto":
         return auto_thresholds(cfg, report, probe)
+    field = "batching.thresholds"
     if given == "adaptive":  # the front end's controller tunes them from here (trserve.frontend.tuner)
-        given = cfg.batching.adaptive.initial or [1] * cfg.num_models
+        field, given = "batching.adaptive.initial", cfg.batching.adaptive.initial or [1] * cfg.num_models
         if len(given) != cfg.num_models:
-            raise ConfigError("batching.adaptive.initial", f"needs one threshold per model ({cfg.num_models})")
+            raise ConfigError(field, f"needs one threshold per model ({cfg.num_models})")
     for i, (b, m) in enumerate(zip(given, cfg.models, strict=True)):
-        if not 1 <= b <= m.max_num_seqs:
-            raise ConfigError(f"batching.thresholds.{i}", f"must be within 1..{m.max_num_seqs} (max_num_seqs), got {b}")
+        cap, why = m.max_num_seqs, "max_num_seqs"
+        if cfg.batching.max_batch is not None and cfg.batching.max_batch < cap:
+            cap, why = cfg.batching.max_batch, "batching.max_batch"
+        if not 1 <= b <= cap:
+            raise ConfigError(f"{field}.{i}", f"must be within 1..{cap} ({why}), got {b}")
     return list(given)
 
 

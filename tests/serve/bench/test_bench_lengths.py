@@ -126,7 +126,15 @@ def test_a_preset_load_writes_the_same_answers_twice_and_reports_memory(url: str
     assert memory is not None and memory["large"]["blocks_total"] == 4096 // 32
 
 
-def test_a_length_scale_without_lengths_is_refused_one_line_exit_2() -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--length-scale", "0.5"], "--length-scale: scales --lengths; give --lengths too"),
+     (["--lengths", "short-reasoning", "--max-tokens", "7"], "--max-tokens: --lengths draws each request's output"),
+     (["--systems", ""], "systems: needs at least one system"),
+     (["--systems", "tokenrouter", "--routers", ""], "routers: the routed systems need at least one router"),
+     (["-n", ""], "concurrency: must be positive integers, got ''")],
+)  # fmt: skip
+def test_bad_or_empty_load_options_are_refused_one_line_exit_2(args: list[str], message: str) -> None:
     import typer
     from typer.testing import CliRunner
 
@@ -134,6 +142,6 @@ def test_a_length_scale_without_lengths_is_refused_one_line_exit_2() -> None:
 
     app = typer.Typer()
     app.command()(bench)
-    result = CliRunner().invoke(app, ["--length-scale", "0.5"])
-    assert result.exit_code == 2 and "--length-scale: scales --lengths; give --lengths too" in result.output
-    assert "Traceback" not in result.output
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1

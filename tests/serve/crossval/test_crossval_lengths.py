@@ -59,7 +59,10 @@ def test_a_preset_longer_than_a_models_context_is_refused_naming_the_option():
     [(["--lengths", "short-reasoning", "--workload", "fixed"], "--lengths: give --lengths or --workload"),
      (["--lengths", "tiny"], "--lengths: unknown preset 'tiny'"),
      (["--lengths", "short-reasoning", "--length-scale", "0"], "--length-scale: must be > 0"),
-     (["--length-scale", "0.5"], "--length-scale: scales --lengths; give --lengths too")],
+     (["--length-scale", "0.5"], "--length-scale: scales --lengths; give --lengths too"),
+     (["--lengths", "short-reasoning", "--max-tokens", "8"], "--max-tokens: --lengths draws each request's output"),
+     (["--routers", ""], "--routers: needs at least one router"), (["-n", ""], "--concurrency: expected"),
+     (["--workload", ""], "--workload: unknown workload ''")],
 )  # fmt: skip
 def test_bad_length_options_are_one_line_exit_2(args, message):
     result = runner.invoke(app, args)

@@ -1,5 +1,7 @@
 """Serve config validation, placement and threshold resolution (no processes)."""
 
+import re
+
 import pytest
 from pydantic import ValidationError
 
@@ -150,3 +152,36 @@ def test_api_key_from_config_or_environment(monkeypatch):
 def test_max_active_must_fit_every_engine():
     with pytest.raises(ValidationError, match="max_num_seqs"):
         make(server={"max_active_requests": 100})
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [({"mode": "lockstep", "batching": {"thresholds": [4, 3]}}, "mode 'lockstep' has no delayed batching"),
+     ({"mode": "per-token", "batching": {"thresholds": "adaptive"}}, "mode 'per-token' has no delayed batching"),
+     ({"mode": "lockstep", "batching": {"tables": [{8: 2}, {}]}}, "batching.tables: mode 'lockstep'"),
+     ({"backend": "hash", "server": {"kv_admission": True}}, "server.kv_admission needs a KV pool"),
+     ({"batching": {"thresholds": "adaptive", "adaptive": {"window_s": float("inf")}}}, "finite"),
+     ({"batching": {"thresholds": "adaptive", "adaptive": {"change_window_s": 50}}},
+      "batching.adaptive.change_window_s: must be finite and >= 0 and below window_s (10.0), got 50.0")],
+)  # fmt: skip
+def test_settings_that_would_do_nothing_or_never_decide_are_refused(changes, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make(**changes)
+
+
+def test_lockstep_keeps_the_default_all_ones_thresholds():
+    assert make(mode="lockstep", batching={"thresholds": [1, 1]}).mode == "lockstep"
+
+
+def test_an_emulated_pool_smaller_than_one_block_is_refused():
+    models = [{"name": n, "emulated": {"latency_ms": 5.0, "kv_tokens": 10}, "block_size": 32} for n in ("a", "b")]
+    with pytest.raises(ValueError, match=r"emulated\.kv_tokens: 10 tokens hold no whole block of 32"):
+        ServeConfig.model_validate({"backend": "emulated", "models": models})
+
+
+def test_thresholds_beyond_max_batch_are_refused_naming_the_field_in_force():
+    with pytest.raises(ConfigError, match=r"batching.thresholds.0: must be within 1..2 \(batching.max_batch\)"):
+        resolve_thresholds(make(batching={"thresholds": [8, 1], "max_batch": 2}))
+    adaptive = make(batching={"thresholds": "adaptive", "adaptive": {"initial": [0, 1]}})
+    with pytest.raises(ConfigError, match=r"batching.adaptive.initial.0: must be within 1..64 \(max_num_seqs\)"):
+        resolve_thresholds(adaptive)
