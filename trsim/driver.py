@@ -148,6 +148,7 @@ class Simulation(MemoryDriving, ThresholdDriving, ResultReporting):
             pass
         except EmptySchedule:
             self._check_drained()
+        self._check_servable()
         return self._result(time.perf_counter() - started)
 
     @staticmethod
@@ -182,9 +183,10 @@ class Simulation(MemoryDriving, ThresholdDriving, ResultReporting):
         latency = self.latency[sub.model]
         while True:
             batch = sub.launch(env.now / TICKS_PER_S)
-            if self.kv is not None:
-                self._settle_memory(sub)
+            failed = self._settle_memory(sub) if self.kv is not None else 0
             if batch is None:
+                if failed and sub.num_ready and not self._stopped:  # the failed ones' successors came in meanwhile
+                    continue
                 yield self._idle(p)
                 continue
             launched = env.now

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from trcore import KVMemory, PeerReq, Subserver
+from trcore.errors import ConfigError
 from trsim.clock import TICKS_PER_S
 from trsim.kv import KVRecorder, build_memory
 
@@ -16,6 +17,10 @@ if TYPE_CHECKING:
 
     from trcore.replicas import ReplicaTable
     from trsim.config import SimConfig
+
+
+#: Failed requests, with not one token committed, after which a run stops as unservable.
+MAX_FAILED_UNSERVED = 1000
 
 
 class MemoryDriving:
@@ -28,6 +33,10 @@ class MemoryDriving:
     kv: KVRecorder | None
     _arrivals: dict[str, float]
     _pins: dict[str, tuple[int, ...]]
+    committed: int
+
+    def _stop(self) -> None:
+        raise NotImplementedError
 
     def _end(self, message: PeerReq, now: float) -> None:
         raise NotImplementedError
@@ -36,11 +45,14 @@ class MemoryDriving:
         assert self.config.kv is not None
         return build_memory(self.config.kv, model, self.config.latency[model], self.config.router)
 
-    def _settle_memory(self, sub: Subserver) -> None:
-        """After a launch: fail what can never fit (freeing it on every model), record the blocks now in use."""
+    def _settle_memory(self, sub: Subserver) -> int:
+        """After a launch: fail what can never fit (freeing it on every model), record the blocks now in use; how
+        many failed. When every request so far failed (:data:`MAX_FAILED_UNSERVED` of them, not a token
+        committed) the run stops and :meth:`_check_servable` says why."""
         assert self.kv is not None
         now = self.env.now / TICKS_PER_S
-        for req in sub.take_unservable():
+        unservable = sub.take_unservable()
+        for req in unservable:
             rid, n = req.spec.request_id, req.spec.num_prompt_tokens
             for other in self.subservers:
                 other.abort(rid)
@@ -49,6 +61,19 @@ class MemoryDriving:
             self._end(PeerReq(rid, n, tuple(req.token_ids[n:]), tuple(req.anchors), sub.model, is_finished=True), now)
             self._pins.pop(rid, None)
         self.kv.observe(self.env.now)
+        if unservable and self.committed == 0 and self.kv.num_failed >= MAX_FAILED_UNSERVED:
+            self._stop()
+        return len(unservable)
+
+    def _check_servable(self) -> None:
+        """A ConfigError when the run stopped because no request fit a whole KV cache (raised after the run: an
+        exception inside a SimPy process loses its fields)."""
+        if self.kv is not None and self.committed == 0 and self.kv.num_failed >= MAX_FAILED_UNSERVED:
+            raise ConfigError(
+                "kv",
+                f"every request is larger than a whole KV cache ({self.kv.num_failed} failed, none wrote a token): "
+                "give the models more KV cache or the requests shorter prompts and outputs",
+            )
 
     def _kv_summary(self, end_tick: int) -> dict[str, Any]:
         assert self.kv is not None and self.config.kv is not None

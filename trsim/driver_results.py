@@ -65,6 +65,7 @@ class ResultReporting:
         if self.kv is not None:
             result.extra["kv"] = self._kv_summary(end)
         if self.phasing is not None:
+            self.phasing.close_open()
             result.extra["phases"] = self.phasing.records
         if self.adaptive is not None:
             result.extra["switches"] = self.adaptive.switch_records()

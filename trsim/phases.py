@@ -82,6 +82,7 @@ class PhaseDriving:
     def __init__(self, sim: Any, phases: tuple[Phase, ...], on_done: Callable[[], None]) -> None:
         self.sim, self.phases, self.on_done = sim, phases, on_done
         self.records: list[dict[str, Any]] = []
+        self._open: tuple[int, Phase, int, int] | None = None  # the phase under way: (index, phase, start, tokens)
         params = sim.config.router.params
         self._P: Matrix | None = _matrix(params.get("P"))
         self._C: Matrix | None = _matrix(params.get("C"))
@@ -101,9 +102,18 @@ class PhaseDriving:
             if k:
                 self._apply(k, phase)
             start, committed = env.now, self.sim.committed
+            self._open = (k, phase, start, committed)
             yield env.timeout(to_ticks(phase.duration_s))
+            self._open = None
             self._close(k, phase, start, committed)
         self.on_done()
+
+    def close_open(self) -> None:
+        """Record the phase a token limit cut short (``cut_short``), so the phases' tokens add up to the run's."""
+        if self._open is not None:
+            self._close(*self._open)
+            self.records[-1]["cut_short"] = True
+            self._open = None
 
     def _apply(self, k: int, phase: Phase) -> None:
         sim = self.sim

@@ -171,6 +171,13 @@ def run_plan(cfg: PlanConfig, workers: int = 1, progress: Callable[[str, int], C
     start = clock()
     rows = _map(closed_loop, [(cfg, p) for p in found], runner, stage("closed loop", len(found)))
     ranked = sorted((_best_point(r, cfg.min_gain) for r in rows if r["points"]), key=lambda r: -r["throughput_tok_s"])
+    if not ranked:
+        raise ConfigError(
+            "--concurrency",
+            f"no placement runs any of N = {list(cfg.concurrencies)} with thresholds "
+            f"{[list(b) for b in cfg.thresholds]}: more requests than the KV cache holds, or thresholds that "
+            "deadlock (sum of B - 1 >= N)",
+        )
     top = ranked[: cfg.confirm_top]
     sims = _map(confirm, [(cfg, r) for r in top], runner, stage("confirm in simulator", len(top)))
     for row, tok_s in zip(top, sims, strict=True):

@@ -187,12 +187,20 @@ def scenario_config(scenario: Scenario, base_dir: str | Path = ".", *, adaptive:
         if not scenario.router.file:
             raise ConfigError("router.file", "trace replay needs a trace file (JSONL)")
         config = with_traces(config, load_trace_file(base / scenario.router.file, n))
+    if adaptive and scenario.baseline != "tokenrouter":
+        raise ConfigError(
+            "baseline", f"adaptive tunes TokenRouter's thresholds; the {scenario.baseline} baseline has its own"
+        )
+    if config.workload.arrival != "closed" and any(p.concurrency is not None for p in config.phases):
+        raise ConfigError("phases", f"a {config.workload.arrival} workload has no concurrency for a phase to set")
     return apply_baseline(config, scenario.baseline)
 
 
 def _kv(scenario: Scenario, latency: Sequence[LatencyModel], base: Path) -> KVSimConfig | None:
     profiles = [load_profile(base / m.latency.profile) if m.latency.profile else None for m in scenario.models]
     specs = [m.kv for m in scenario.models]
+    if "spill" in scenario.model_fields_set and all(spec is None for spec in specs):
+        raise ConfigError("spill", "chooses what a full KV cache gives up; give the models a kv section")
     return kv_from_specs(specs, list(zip(latency, profiles, strict=True)), scenario.spill)
 
 

@@ -10,13 +10,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from trcore import ConfigError
 from trsim.lengths import LengthDist
 
-Positive = Annotated[float, Field(gt=0)]
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
 class Strict(BaseModel):
     """Unknown keys are errors; values are frozen."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class LengthSpec(Strict):
@@ -52,7 +52,7 @@ class KVSpec(BaseModel):
     engine recorded, else the roofline's HBM figure) or ``blocks``; ``block_size`` and ``max_seqs`` default to
     the profile's engine record, else 16 and no limit."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     tokens: Annotated[int, Field(ge=1)] | Literal["auto"] | None = None
     blocks: int | None = Field(default=None, ge=1)
     block_size: int | None = Field(default=None, ge=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,8 @@ def plan(
     highest Poisson rate under a TPOT/TTFT p99 target; roofline step latencies (docs/planning.md)."""
     from trsim.plan import PlanConfig
 
+    if out is not None and out.exists() and not out.is_dir():
+        raise ConfigError("--out", f"{out} is a file; give a folder for plan.json and plan.png")
     models = models or _pair_models(pair)
     P, C, _ = opt.pair_defaults(pair, P, C, "unused")
     cfg = PlanConfig(
@@ -112,8 +115,8 @@ def plan(
         min_gain=min_gain,
         colocation=colocation,
         workload=workload,
-        slo_tpot_ms=slo_tpot_ms or None,
-        slo_ttft_ms=slo_ttft_ms or None,
+        slo_tpot_ms=_target_ms(slo_tpot_ms, "--slo-tpot-ms"),
+        slo_ttft_ms=_target_ms(slo_ttft_ms, "--slo-ttft-ms"),
         max_active=None if max_active == 0 else max_active,
         open_loop_top=open_loop_top,
         open_run_s=open_run_s,
@@ -182,7 +185,17 @@ def _parse_models(text: str) -> dict[str, str]:
     pairs = [part.split("=", 1) for part in text.split(",") if part.strip()]
     if not pairs or any(len(p) != 2 or not p[0].strip() or not p[1].strip() for p in pairs):
         raise ConfigError("--models", f"expected name=shape,name=shape, got {text!r}")
+    names = [name.strip() for name, _ in pairs]
+    if len(set(names)) != len(names):
+        raise ConfigError("--models", f"each model needs its own name, got {names}")
     return {name.strip(): shape.strip() for name, shape in pairs}
+
+
+def _target_ms(value: float, option: str) -> float | None:
+    """A latency target in ms (0: none)."""
+    if not (math.isfinite(value) and value >= 0):
+        raise ConfigError(option, f"must be a finite number of ms >= 0 (0: no target), got {value}")
+    return value or None
 
 
 def _threshold_candidates(text: str, models: str) -> list[tuple[int, ...]]:

@@ -94,8 +94,9 @@ def build_config(
                 f"note: {scenario}'s adaptive: knobs apply with --thresholds adaptive; this run keeps its vector",
                 err=True,
             )
-        if workload is not None:
-            config = replace(config, workload=preset(workload, concurrency=config.workload.concurrency))
+        if workload is not None:  # the preset's request shape; the scenario's arrivals, sessions and pacing stay
+            shape = preset(workload)
+            config = replace(config, workload=replace(config.workload, **{k: getattr(shape, k) for k in SHAPE}))
     else:
         P, C, latency_ms = opt.pair_defaults(pair or opt.ANALYTIC_PAIR, P, C, latency_ms)
         config, spec = _flag_config(P, C, latency_ms, quantum_ms, workload or "endless"), None
@@ -103,6 +104,12 @@ def build_config(
             config = replace(config, adaptive=AdaptiveSimConfig())
     if concurrency is not None:
         opt.check_positive(concurrency, "--concurrency")
+        if config.workload.arrival != "closed":
+            raise ConfigError(
+                "--concurrency", f"a {config.workload.arrival} workload has no concurrency (its rate sets it)"
+            )
+        if any(p.concurrency is not None for p in config.phases):
+            raise ConfigError("--concurrency", "the scenario's phases set the concurrency; change them there")
         config = config.with_concurrency(concurrency)
     if thresholds is not None:
         config = config.with_thresholds(opt.parse_thresholds(thresholds, config.num_models))
@@ -112,6 +119,10 @@ def build_config(
     if seed is not None:
         config = replace(config, seed=seed)
     return config, spec
+
+
+#: The workload fields a ``--workload`` preset gives a scenario: the requests' shape, not their arrivals.
+SHAPE = ("prompt_tokens", "output_tokens", "turns", "turn_prompt_tokens")
 
 
 @cli_errors
@@ -129,7 +140,9 @@ def simulate(
     seed: int = typer.Option(None, "--seed", help="Random seed [0]."),
     baseline: str = typer.Option(None, "--baseline", help="tokenrouter, b1, lockstep, per-token or llm-only."),
     scenario: Path = typer.Option(None, "--scenario", help="Scenario YAML file (see trsim/scenario.py)."),
-    workload: str = typer.Option(None, "--workload", help="Workload preset (endless, short-reasoning, ...)."),
+    workload: str = typer.Option(
+        None, "--workload", help="Workload preset (endless, short-reasoning, ...); with --scenario: its lengths only."
+    ),
     warmup_tokens: int = typer.Option(None, "--warmup-tokens", help="Tokens excluded from the throughput [0]."),
     chrome_trace: Path = typer.Option(None, "--chrome-trace", help="Write every step as Chrome-trace JSON."),
     trace_out: Path = typer.Option(None, "--trace-out", help="Write per-request routing traces (JSONL)."),
@@ -150,6 +163,10 @@ def simulate(
     config, spec = build_config(scenario, P, C, latency_ms, workload, concurrency, thresholds, quantum_ms, seed, pair)
     config = apply_kv_flags(config, KVFlags(kv_tokens, kv_blocks, kv_block_size, kv_max_seqs, spill))
     if baseline is not None:
+        if config.adaptive is not None and baseline != "tokenrouter":
+            raise ConfigError(
+                "--thresholds", f"adaptive tunes TokenRouter's thresholds; the {baseline} baseline has its own"
+            )
         config = apply_baseline(config, baseline)
     if replicas is not None:
         config = replace(config, replicas=tuple(opt.parse_thresholds(replicas, config.num_models, "--replicas")))
@@ -167,7 +184,9 @@ def simulate(
     if as_json:
         typer.echo(json.dumps(summary))
     else:
-        _print_summary(summary, config.names)
+        from tokenrouter.commands.sim_view import print_summary
+
+        print_summary(summary, config.names)
 
 
 def _limits(spec: Any, tokens: int | None, warmup_tokens: int | None) -> tuple[int | None, float | None, int]:
@@ -179,7 +198,9 @@ def _limits(spec: Any, tokens: int | None, warmup_tokens: int | None) -> tuple[i
     if tokens is not None:
         opt.check_positive(tokens, "--tokens")
         return tokens, None, warmup
-    if spec is not None and spec.phases:  # the run ends when the last phase does
+    if spec is not None and (spec.phases or spec.diurnal is not None):  # the run ends when the last phase does
+        if run.tokens is not None or run.time_s is not None:
+            typer.echo("note: the scenario's run: limits give way to its phases (the run ends with the last)", err=True)
         return None, None, warmup
     if run.tokens is None and run.time_s is None:
         return 100_000, None, warmup
@@ -196,34 +217,6 @@ def _write_outputs(sim: Any, chrome_trace: Path | None, trace_out: Path | None) 
     if trace_out is not None:
         events = [e for sub in sim.subservers for e in (sub.trace or [])]
         write_traces(trace_out, traces_from_events(events))
-
-
-def _print_summary(summary: dict[str, Any], names: tuple[str, ...]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    def ms(x: float | None) -> str:
-        return "-" if x is None else f"{x * 1000:.1f}"
-
-    table = Table(title=f"simulate ({summary['baseline']}, N={summary['concurrency']}, B={summary['thresholds']})")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    table.add_row("throughput (committed tok/s)", f"{summary['throughput_tok_s']:.1f}")
-    table.add_row("committed tokens", str(summary["committed_tokens"]))
-    table.add_row("simulated s / wall s", f"{summary['simulated_s']:.2f} / {summary['wall_s']:.2f}")
-    table.add_row("finished requests", str(summary["num_finished"]))
-    for key in ("latency", "ttft", "tpot"):
-        table.add_row(f"{key} p50/p90/p99 (ms)", " / ".join(ms(summary[f"{key}_p{q}_s"]) for q in (50, 90, 99)))
-    table.add_row("hand-offs per token", f"{summary['handoffs_per_token']:.3f}")
-    for name, model in zip(names, summary["models"], strict=True):
-        table.add_row(f"{name}: busy / mean batch", f"{model['busy_fraction']:.2f} / {model['mean_batch']:.2f}")
-    for phase in summary.get("phases", []):
-        label = f"phase {phase['index']} ({phase['start_s']:.0f}-{phase['end_s']:.0f} s)"
-        table.add_row(label, f"{phase['throughput_tok_s']:.1f} tok/s, B={phase['thresholds']}")
-    for switch in summary.get("switches", []):
-        gain = f"{switch['predicted_gain']:+.1%}"
-        table.add_row(f"switch at {switch['time_s']:.1f} s", f"{switch['old']} -> {switch['new']} ({gain} predicted)")
-    Console().print(table)
 
 
 @cli_errors

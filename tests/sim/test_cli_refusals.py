@@ -1,0 +1,91 @@
+"""`tokenrouter simulate` and `tokenrouter plan` on input that used to be ignored, misreported or never ended:
+each is refused in one line with exit status 2, or now does what the flag says."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tokenrouter.cli import app
+
+runner = CliRunner()
+MODELS = "models:\n  - {latency: {model: constant, ms: 5}}\n  - {latency: {model: constant, ms: 20}}\n"
+ROUTER = "router: {program: markov, P: [[0.8, 0.2], [0.5, 0.5]], C: [[1, 0], [1, 0]]}\n"
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def scenario(tmp_path: Path, body: str, models: str = MODELS) -> Path:
+    path = tmp_path / "scenario.yaml"
+    path.write_text("name: t\n" + models + ROUTER + body)
+    return path
+
+
+def refused(result, message: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output, result.output
+
+
+KV64 = MODELS.replace("ms: 5}}", "ms: 5}, kv: {tokens: 64}}").replace("ms: 20}}", "ms: 20}, kv: {tokens: 64}}")
+
+
+@pytest.mark.parametrize("think", ["", ", think_time_s: 0.1"])
+def test_requests_larger_than_every_cache_stop_with_the_cause(tmp_path, think):
+    path = scenario(tmp_path, f"workload: {{prompt_tokens: 100, output_tokens: 50, concurrency: 4{think}}}\n", KV64)
+    refused(run("simulate", "--scenario", path, "--tokens", 2000), "every request is larger than a whole KV cache")
+
+
+def test_a_diurnal_day_runs_to_its_end_and_a_cut_phase_is_listed(tmp_path):
+    day = "diurnal: {period_s: 8, steps: 4, concurrency: {low: 2, high: 8}}\n"
+    path = scenario(tmp_path, "workload: {prompt_tokens: 8, output_tokens: 32, concurrency: 2}\n" + day)
+    result = run("simulate", "--scenario", path, "--json")
+    out = json.loads(result.stdout)
+    assert out["simulated_s"] == pytest.approx(8.0) and len(out["phases"]) == 4
+    cut = json.loads(run("simulate", "--scenario", path, "--json", "--tokens", out["committed_tokens"] // 2).stdout)
+    assert cut["phases"][-1]["cut_short"] and len(cut["phases"]) < 4
+    assert sum(p["committed_tokens"] for p in cut["phases"]) == cut["committed_tokens"]
+
+
+@pytest.mark.parametrize(
+    ("body", "args", "message"),
+    [("workload: {concurrency: 4}\nphases: [{duration_s: 2, concurrency: 8}]\n", ["-N", "2"],
+      "--concurrency: the scenario's phases set the concurrency"),
+     ("workload: {arrival: poisson, rate_per_s: 5}\n", ["-N", "2"], "--concurrency: a poisson workload has no"),
+     ("workload: {arrival: poisson, rate_per_s: 5}\nphases: [{duration_s: 2, concurrency: 8}]\n", [],
+      "phases: a poisson workload has no concurrency"),
+     ("workload: {concurrency: 4}\nspill: lru\n", [], "spill: chooses what a full KV cache gives up"),
+     ("workload: {concurrency: 4}\nphases: [{duration_s: .inf}]\n", [], "phases.0.duration_s"),
+     ("workload: {concurrency: 4}\nbaseline: lockstep\n", ["--thresholds", "adaptive"], "baseline: adaptive tunes")],
+)  # fmt: skip
+def test_scenario_settings_that_would_be_ignored_are_refused(tmp_path, body, args, message):
+    refused(run("simulate", "--scenario", scenario(tmp_path, body), "--tokens", 500, *args), message)
+
+
+def test_a_baseline_is_not_tuned_adaptively():
+    refused(run("simulate", "--baseline", "b1", "--thresholds", "adaptive"), "--thresholds: adaptive tunes")
+
+
+def test_a_workload_preset_gives_a_scenario_its_lengths_not_its_arrivals(tmp_path):
+    path = scenario(tmp_path, "workload: {arrival: poisson, rate_per_s: 2, num_sessions: 5}\n")
+    out = json.loads(run("simulate", "--scenario", path, "--workload", "short-reasoning", "--json").stdout)
+    assert out["num_finished"] + out["num_unfinished"] == 5  # five sessions, not a closed loop of 16
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--slo-tpot-ms", "-5"], "--slo-tpot-ms: must be a finite number of ms >= 0"),
+     (["--slo-ttft-ms", "nan"], "--slo-ttft-ms: must be a finite"),
+     (["--models", "small=Qwen3-0.6B,small=Qwen3-4B"], "--models: each model needs its own name"),
+     (["--gpus", "2", "--open-loop-top", "0", "--no-large-alone", "-N", "8", "--thresholds", "100,1"],
+      "--concurrency: no placement runs any of N = [8]")],
+)  # fmt: skip
+def test_plan_refuses_targets_names_and_searches_with_no_answer(args, message):
+    refused(run("plan", *args), message)
+
+
+def test_plan_refuses_a_file_as_its_output_folder_before_searching(tmp_path):
+    (tmp_path / "plan").write_text("")
+    refused(run("plan", "--out", tmp_path / "plan"), "--out: ")
