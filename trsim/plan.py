@@ -151,6 +151,8 @@ def confirm(cfg: PlanConfig, row: dict[str, Any]) -> float:
     p: Placement = row["placement"]
     models = plan_models(p, cfg.hardware, cfg.models, cfg.dtype, cfg.profiles)
     longer = replace(cfg, seed=cfg.seed + 1, sim_tokens=2 * cfg.sim_tokens)
+    if row.get("at_memory_bound"):  # the bound's own evaluation: endless requests holding the resident footprint
+        longer = replace(longer, context_tokens=round(row["memory_bound"]["footprint_tokens"]))
     return _simulated_tok_s(longer, models, row["concurrency"] // p.replicas, row["thresholds"]) * p.replicas
 
 
@@ -228,13 +230,23 @@ def _best_point(row: dict[str, Any], min_gain: float) -> dict[str, Any]:
     """The placement's best point; thresholds above 1 must beat no delay at the same N by more than
     ``min_gain`` (as ``ThroughputModel.optimize``), else the gain is within the evaluators' error."""
     p: Placement = row["placement"]
-    best = max(row["points"], key=lambda x: x["throughput_tok_s"])
-    no_delay = [x for x in row["points"] if x["concurrency"] == best["concurrency"] and max(x["thresholds"]) == 1]
+    points, bound = row["points"], row["memory_bound"]
+    if bound is not None and bound["binds"]:  # what the workload's requests can hold, not what endless ones do
+        points = [x for x in points if x["concurrency"] <= bound["concurrency"]] or [_bound_point(bound)]
+    best = max(points, key=lambda x: x["throughput_tok_s"])
+    no_delay = [x for x in points if x["concurrency"] == best["concurrency"] and max(x["thresholds"]) == 1]
     if no_delay and best["throughput_tok_s"] <= no_delay[0]["throughput_tok_s"] * (1 + min_gain):
         best = no_delay[0]
     return {**best, "placement": p, "throughput_per_gpu_tok_s": best["throughput_tok_s"] / p.num_gpus,
             "kv_capacity_tokens": row["kv_capacity_tokens"], "memory_bound": row["memory_bound"],
             "points": row["points"]}  # fmt: skip
+
+
+def _bound_point(bound: dict[str, Any]) -> dict[str, Any]:
+    """The memory bound as a closed-loop point: its concurrency, thresholds of 1, its throughput."""
+    num_models = len(bound["kv_capacity_tokens"])
+    return {"concurrency": bound["concurrency"], "thresholds": [1] * num_models, "evaluator": bound["evaluator"],
+            "throughput_tok_s": bound["throughput_tok_s"], "at_memory_bound": True}  # fmt: skip
 
 
 def _report(cfg: PlanConfig, ranked: list[dict[str, Any]], per_gpu: list[dict[str, Any]]) -> dict[str, Any]:
@@ -261,7 +273,7 @@ def _placement_dict(cfg: PlanConfig, row: dict[str, Any]) -> dict[str, Any]:
         for m, (name, shape) in enumerate(cfg.models.items())
     }  # fmt: skip
     keys = ("concurrency", "thresholds", "evaluator", "throughput_tok_s", "throughput_per_gpu_tok_s",
-            "sim_throughput_tok_s", "max_rate_rps", "rate_bracket_rps", "max_batch", "at_max",
+            "sim_throughput_tok_s", "max_rate_rps", "rate_bracket_rps", "max_batch", "at_max", "at_memory_bound",
             "kv_capacity_tokens", "memory_bound", "points")  # fmt: skip
     return {"label": p.label, "colocated": p.colocated, "replicas": p.replicas, "num_gpus": p.num_gpus,
             "models": per_model, **{k: row.get(k) for k in keys}}  # fmt: skip

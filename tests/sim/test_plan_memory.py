@@ -76,3 +76,20 @@ def test_resident_requests_are_length_biased_and_their_spread_is_worked_by_hand(
     assert mo.mean_output == pytest.approx(500, rel=0.02) and mo.output_spread == pytest.approx(1.64, rel=0.02)
     demand = KVDemand((None,), mo.mean_prompt, mo.mean_output, mo.output_spread)
     assert demand.footprint_tokens == pytest.approx(411, rel=0.02)
+
+
+def test_a_placement_ranks_by_what_its_memory_bound_lets_it_hold():
+    from trsim.plan import _best_point
+
+    place = Placement(tp=(1, 1), colocated=False, replicas=1)
+    points = [{"concurrency": n, "thresholds": [1, 1], "evaluator": "chain", "throughput_tok_s": 10.0 * n}
+              for n in (64, 128, 256)]  # fmt: skip
+    bound = {"concurrency": 168, "throughput_tok_s": 900.0, "evaluator": "sim", "binds": True,
+             "kv_capacity_tokens": [1000, 2000], "footprint_tokens": 3177.0}  # fmt: skip
+    row = {"placement": place, "points": points, "memory_bound": bound, "kv_capacity_tokens": 3000}
+    assert _best_point(row, 0.0)["concurrency"] == 128  # 256 does not fit; 128 does
+    low = {**bound, "concurrency": 32}  # below every searched N: the bound itself is the placement's point
+    best = _best_point({**row, "memory_bound": low}, 0.0)
+    assert (best["concurrency"], best["throughput_tok_s"], best["at_memory_bound"]) == (32, 900.0, True)
+    free = {**bound, "binds": False}
+    assert _best_point({**row, "memory_bound": free}, 0.0)["concurrency"] == 256
