@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -36,29 +36,11 @@ from trsim.profile import latency_from_profile, load_profile
 from trsim.routing import RouterConfig
 from trsim.scenario_diurnal import DiurnalSpec, diurnal_phases
 from trsim.scenario_phases import AdaptiveSpec, PhaseSpec, adaptive_config, phases_from_specs
-from trsim.scenario_types import KVSpec, Length, Positive
+from trsim.scenario_types import KVSpec, LatencySpec, Length, Positive
 from trsim.scenario_types import Strict as _Strict
 from trsim.scenario_types import length_dist as _length
 from trsim.signals import SignalConfig
 from trsim.workload import PRESETS, WorkloadConfig, preset
-
-
-class LatencySpec(_Strict):
-    """``{model: constant, ms: 6}``, ``{model: table, batch_sizes: [...], ms: [...]}``,
-    ``{model: linear|quadratic, coefficients: {...}}`` (seconds), ``{profile: file.json, model: optional}``, or
-    a roofline: ``{model: roofline, hardware: a100-80g, shape: <name>, tp: 2, dtype: bf16, params: {...}}`` or
-    ``{model: "roofline:a100-80g:<shape>:tp2"}``; with ``profile`` too, its samples refit the roofline's params."""
-
-    model: str | None = None
-    ms: Positive | list[Positive] | None = None
-    batch_sizes: list[Annotated[int, Field(ge=1)]] | None = None
-    coefficients: dict[str, float] | None = None
-    profile: str | None = None
-    hardware: str | None = None
-    shape: str | None = None
-    tp: int = Field(default=1, ge=1)
-    dtype: str = "bf16"
-    params: dict[str, float] = Field(default_factory=dict)
 
 
 class ModelSpec(_Strict):
@@ -273,7 +255,14 @@ def _workload(spec: WorkloadSpec, base: Path) -> WorkloadConfig:
         "max_active": spec.max_active,
         "pairs": read_length_pairs(base / spec.lengths_file) if spec.lengths_file else None,
     }
-    return replace(config, **{k: v for k, v in overrides.items() if v is not None})
+    config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
+    if config.arrival == "closed" and spec.rate_per_s is not None:
+        raise ConfigError("workload.rate_per_s", "paces an open loop (arrival: poisson); a closed loop has none")
+    if config.arrival == "poisson" and spec.rate_per_s is None:
+        raise ConfigError("workload.rate_per_s", "an open loop (arrival: poisson) needs its rate in requests/s")
+    if config.arrival == "poisson" and spec.concurrency is not None:
+        raise ConfigError("workload.concurrency", "sets a closed loop; an open loop's rate sets its load")
+    return config
 
 
 def _per_second(us: float | list[float] | None) -> float | tuple[float, ...] | None:

@@ -58,7 +58,10 @@ def test_a_diurnal_day_runs_to_its_end_and_a_cut_phase_is_listed(tmp_path):
       "phases: a poisson workload has no concurrency"),
      ("workload: {concurrency: 4}\nspill: lru\n", [], "spill: chooses what a full KV cache gives up"),
      ("workload: {concurrency: 4}\nphases: [{duration_s: .inf}]\n", [], "phases.0.duration_s"),
-     ("workload: {concurrency: 4}\nbaseline: lockstep\n", ["--thresholds", "adaptive"], "baseline: adaptive tunes")],
+     ("workload: {concurrency: 4}\nbaseline: lockstep\n", ["--thresholds", "adaptive"], "baseline: adaptive tunes"),
+     ("workload: {concurrency: 4, rate_per_s: 100}\n", [], "workload.rate_per_s: paces an open loop"),
+     ("workload: {arrival: poisson, num_sessions: 4}\n", [], "workload.rate_per_s: an open loop (arrival: poisson)"),
+     ("workload: {arrival: poisson, rate_per_s: 5, concurrency: 8}\n", [], "workload.concurrency: sets a closed")],
 )  # fmt: skip
 def test_scenario_settings_that_would_be_ignored_are_refused(tmp_path, body, args, message):
     refused(run("simulate", "--scenario", scenario(tmp_path, body), "--tokens", 500, *args), message)
@@ -89,3 +92,15 @@ def test_plan_refuses_targets_names_and_searches_with_no_answer(args, message):
 def test_plan_refuses_a_file_as_its_output_folder_before_searching(tmp_path):
     (tmp_path / "plan").write_text("")
     refused(run("plan", "--out", tmp_path / "plan"), "--out: ")
+
+
+@pytest.mark.parametrize(
+    ("latency", "unread"),
+    [("{model: table, batch_sizes: [1, 64], ms: [6, 18], hardware: a100-80g, tp: 4}", "hardware, tp"),
+     ("{model: constant, ms: 28, coefficients: {a: 1}}", "coefficients"),
+     ("{model: quadratic, coefficients: {a: 0.01}, ms: 5}", "ms")],
+)  # fmt: skip
+def test_latency_keys_the_chosen_model_does_not_read_are_refused(tmp_path, latency, unread):
+    models = f"models:\n  - {{latency: {latency}}}\n  - {{latency: {{model: constant, ms: 20}}}}\n"
+    path = scenario(tmp_path, "workload: {concurrency: 4}\n", models)
+    refused(run("simulate", "--scenario", path, "--tokens", 500), f"does not read {unread}")
