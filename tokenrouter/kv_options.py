@@ -53,7 +53,8 @@ def apply_kv_flags(config: SimConfig, flags: KVFlags) -> SimConfig:
             raise ConfigError("--spill", exc.problem) from None
     if not flags.gives_capacity:
         if flags.block_size is not None or flags.max_seqs is not None:
-            raise ConfigError("--kv-block-size", "needs --kv-tokens or --kv-blocks")
+            option = "--kv-block-size" if flags.block_size is not None else "--kv-max-seqs"
+            raise ConfigError(option, "needs --kv-tokens or --kv-blocks")
         if flags.spill is None:
             return config
         if config.kv is None:

@@ -82,6 +82,9 @@ def test_a_workload_preset_gives_a_scenario_its_lengths_not_its_arrivals(tmp_pat
     [(["--slo-tpot-ms", "-5"], "--slo-tpot-ms: must be a finite number of ms >= 0"),
      (["--slo-ttft-ms", "nan"], "--slo-ttft-ms: must be a finite"),
      (["--models", "small=Qwen3-0.6B,small=Qwen3-4B"], "--models: each model needs its own name"),
+     (["--models", "small=Qwen3-0.6B"], "--models: routing needs at least two models"),
+     (["--hardware", "cpu-2core"], "--dtype: cpu-2core has no 'bf16' peak; valid: fp32"),
+     (["--open-run-s", "0"], "--open-run-s: must be a finite number of seconds > 0"),
      (["--gpus", "2", "--open-loop-top", "0", "--no-large-alone", "-N", "8", "--thresholds", "100,1"],
       "--concurrency: no placement runs any of N = [8]")],
 )  # fmt: skip
@@ -104,3 +107,7 @@ def test_latency_keys_the_chosen_model_does_not_read_are_refused(tmp_path, laten
     models = f"models:\n  - {{latency: {latency}}}\n  - {{latency: {{model: constant, ms: 20}}}}\n"
     path = scenario(tmp_path, "workload: {concurrency: 4}\n", models)
     refused(run("simulate", "--scenario", path, "--tokens", 500), f"does not read {unread}")
+
+
+def test_the_kv_flag_given_alone_is_the_one_named():
+    refused(run("simulate", "--kv-max-seqs", 4), "--kv-max-seqs: needs --kv-tokens or --kv-blocks")

@@ -60,6 +60,7 @@ def latency(
 @cli_errors
 def plan(
     hardware: str = typer.Option("a100-80g", "--hardware", help="Device in trsim/data/hardware.yaml."),
+    dtype: str = typer.Option("bf16", "--dtype", help="Weights' and compute dtype: bf16, fp16 or fp32."),
     gpus: int = typer.Option(8, "--gpus", help="GPUs available on the node."),
     pair: str = typer.Option(opt.ANALYTIC_PAIR, "--pair", help="Model pair: its shapes and routing statistics."),
     models: str = typer.Option(None, "--models", help="name=shape per model, small to large [the pair's shapes]."),
@@ -101,10 +102,12 @@ def plan(
 
     if out is not None and out.exists() and not out.is_dir():
         raise ConfigError("--out", f"{out} is a file; give a folder for plan.json and plan.png")
+    _check_dtype(hardware, dtype)
     models = models or _pair_models(pair)
     P, C, _ = opt.pair_defaults(pair, P, C, "unused")
     cfg = PlanConfig(
         hardware=hardware,
+        dtype=dtype,
         num_gpus=_at_least_one(gpus, "--gpus"),
         models=_parse_models(models),
         P=tuple(map(tuple, opt.parse_matrix(P, "--P"))),
@@ -128,8 +131,10 @@ def plan(
         raise ConfigError("--min-gain", f"must be in [0, 1), got {min_gain}")
     if memory_confirm_top < 0:
         raise ConfigError("--memory-confirm-top", f"must be >= 0, got {memory_confirm_top}")
-    if open_loop_top < 0 or open_run_s <= 0:
-        raise ConfigError("--open-loop-top", "--open-loop-top must be >= 0 and --open-run-s > 0")
+    if open_loop_top < 0:
+        raise ConfigError("--open-loop-top", f"must be >= 0, got {open_loop_top}")
+    if not (math.isfinite(open_run_s) and open_run_s > 0):
+        raise ConfigError("--open-run-s", f"must be a finite number of seconds > 0, got {open_run_s}")
     _check_inputs(cfg)
     with job_runner(workers, ray_address, "--workers") as runner:
         result = _run_with_progress(cfg, runner, quiet=as_json)
@@ -138,7 +143,9 @@ def plan(
     if as_json:
         typer.echo(json.dumps(result))
     else:
-        _print_table(result)
+        from tokenrouter.commands.plan_view import print_table
+
+        print_table(result)
 
 
 def _with_measured(cfg: Any, profiles: list[str], stack: Path | None) -> Any:
@@ -186,9 +193,21 @@ def _parse_models(text: str) -> dict[str, str]:
     if not pairs or any(len(p) != 2 or not p[0].strip() or not p[1].strip() for p in pairs):
         raise ConfigError("--models", f"expected name=shape,name=shape, got {text!r}")
     names = [name.strip() for name, _ in pairs]
+    if len(names) < 2:
+        raise ConfigError("--models", f"routing needs at least two models, got {names}")
     if len(set(names)) != len(names):
         raise ConfigError("--models", f"each model needs its own name, got {names}")
     return {name.strip(): shape.strip() for name, shape in pairs}
+
+
+def _check_dtype(hardware: str, dtype: str) -> None:
+    from trsim.hardware import load_hardware
+
+    device = load_hardware(hardware)
+    try:
+        device.peak_flops(dtype)
+    except ConfigError as exc:
+        raise ConfigError("--dtype", exc.problem) from None
 
 
 def _target_ms(value: float, option: str) -> float | None:
@@ -251,45 +270,3 @@ def _write(result: dict[str, Any], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan.json").write_text(json.dumps(result, indent=1) + "\n")
     plot_plan(result, out / "plan.png")
-
-
-def _print_table(result: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    names = list(result["config"]["models"])
-    table = Table(title=f"plan ({result['elapsed_s']:.0f} s), best first")
-    for col in ("placement", "GPUs", *(f"{n} gpus/tp" for n in names), "N", "B", "tok/s", "tok/s/GPU", "sim tok/s",
-                "max req/s"):  # fmt: skip
-        table.add_column(col, justify="right", no_wrap=col == "placement")
-    for p in result["placements"]:
-        per_model = [f"{p['models'][n]['gpus']}/{p['models'][n]['tp']}" for n in names]
-        sim, rate = p["sim_throughput_tok_s"], p["max_rate_rps"]
-        table.add_row(p["label"], str(p["num_gpus"]), *per_model, str(p["concurrency"]),
-                      ",".join(map(str, p["thresholds"])), f"{p['throughput_tok_s']:.0f}",
-                      f"{p['throughput_per_gpu_tok_s']:.0f}", "-" if sim is None else f"{sim:.0f}",
-                      "-" if rate is None else f"{rate:.2f}")  # fmt: skip
-    console = Console()
-    console.print(table)
-    best = result["best"]
-    console.print(f"best throughput {best['throughput']}, per GPU {best['throughput_per_gpu']}, "
-                  f"Poisson capacity {best['max_rate']}")  # fmt: skip
-    for p in result["placements"]:
-        console.print(_memory_line(p))
-    if "routing_pays" in result:
-        from tokenrouter.commands.plan_alone import print_alone
-
-        print_alone(result, console)
-
-
-def _memory_line(p: dict[str, Any]) -> str:
-    """Where KV memory bounds a placement: the most requests that fit, the model that runs out, the throughput."""
-    bound = p.get("memory_bound")
-    if not bound:
-        return f"{p['label']}: no request of the workload fits in KV memory"
-    sims = bound.get("sim_throughput_tok_s") or {}
-    sim = "".join(f", simulated with that pool ({k}) {v:.0f}" for k, v in sims.items())
-    verdict = "memory bounds the searched concurrencies" if bound["binds"] else "compute bounds the search"
-    fit = f"at most {bound['concurrency']} requests fit in KV ({bound['bound_model']} runs out"
-    each = f"{bound['footprint_tokens']:.0f} tokens each"
-    return f"{p['label']}: {fit}, {each}): {bound['throughput_tok_s']:.0f} tok/s{sim}; {verdict}"
