@@ -99,6 +99,8 @@ def _json(text: str, where: str) -> Any:
 
 
 def _seconds(value: Any, where: str) -> float:
+    if isinstance(value, bool):  # JSON true is no time (float(True) would read it as 1 s)
+        raise ConfigError("--arrivals", f"{where}: expected seconds, got {value!r}")
     try:
         t = float(value)
     except (TypeError, ValueError):

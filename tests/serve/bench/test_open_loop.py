@@ -51,7 +51,8 @@ def test_a_trace_reads_lines_json_and_json_lines(tmp_path):
     ("text", "message"),
     [("0\n1\n0.5\n", "a.txt:3: 0.5 s comes before"), ("0\nsoon\n", "a.txt:2: expected seconds"),
      ("-1\n", "a.txt:1: times must be >= 0"), ("# none\n", "holds no arrival times"),
-     ('{"t": 1}\n', "a.txt:1: a JSON line needs an arrival_s field")],
+     ('{"t": 1}\n', "a.txt:1: a JSON line needs an arrival_s field"),
+     ('{"arrival_s": true}\n', "a.txt:1: expected seconds, got True")],
 )  # fmt: skip
 def test_a_bad_trace_names_file_and_line(tmp_path, text, message):
     path = tmp_path / "a.txt"
