@@ -85,6 +85,7 @@ def test_a_workload_preset_gives_a_scenario_its_lengths_not_its_arrivals(tmp_pat
      (["--models", "small=Qwen3-0.6B"], "--models: routing needs at least two models"),
      (["--hardware", "cpu-2core"], "--dtype: cpu-2core has no 'bf16' peak; valid: fp32"),
      (["--open-run-s", "0"], "--open-run-s: must be a finite number of seconds > 0"),
+     (["--gpus", "1000"], "--gpus: one node's GPUs, 1..64"),
      (["--gpus", "2", "--open-loop-top", "0", "--no-large-alone", "-N", "8", "--thresholds", "100,1"],
       "--concurrency: no placement runs any of N = [8]")],
 )  # fmt: skip

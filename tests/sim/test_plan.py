@@ -107,7 +107,7 @@ def test_plan_writes_placements_best_json_and_plot(tmp_path):
     [
         (["plan", "--hardware", "tpu"], "unknown hardware 'tpu'"),
         (["plan", "--models", "small=Qwen3-0.6B,large=Nope"], "unknown shape 'Nope'"),
-        (["plan", "--gpus", "0"], "--gpus: must be >= 1"),
+        (["plan", "--gpus", "0"], "--gpus: one node's GPUs, 1..64"),
         (["plan", "--thresholds", "all"], "give explicit candidates"),
         (["plan", "--hardware", "cpu-2core"], "no 'bf16' peak"),
         (["plan", "--max-active-requests", "-1"], "--max-active-requests: must be >= 1"),

@@ -57,6 +57,10 @@ def latency(
     )
 
 
+#: The most GPUs ``plan`` searches (one node; 64 take about 20 s, 1,000 did not finish in minutes).
+MAX_NODE_GPUS = 64
+
+
 @cli_errors
 def plan(
     hardware: str = typer.Option("a100-80g", "--hardware", help="Device in trsim/data/hardware.yaml."),
@@ -108,7 +112,7 @@ def plan(
     cfg = PlanConfig(
         hardware=hardware,
         dtype=dtype,
-        num_gpus=_at_least_one(gpus, "--gpus"),
+        num_gpus=_node_gpus(gpus),
         models=_parse_models(models),
         P=tuple(map(tuple, opt.parse_matrix(P, "--P"))),
         C=tuple(map(tuple, opt.parse_matrix(C, "--C"))),
@@ -222,6 +226,13 @@ def _threshold_candidates(text: str, models: str) -> list[tuple[int, ...]]:
     if not grid:
         raise ConfigError("--thresholds", "give explicit candidates, e.g. '1,1;2,1' ('all' is too many to plan)")
     return grid
+
+
+def _node_gpus(gpus: int) -> int:
+    """``--gpus``: one node's, 1..:data:`MAX_NODE_GPUS` (the search grows with every split of them)."""
+    if not 1 <= gpus <= MAX_NODE_GPUS:
+        raise ConfigError("--gpus", f"one node's GPUs, 1..{MAX_NODE_GPUS} (nodes are not planned together), got {gpus}")
+    return gpus
 
 
 def _at_least_one(value: int, option: str) -> int:
