@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from numbers import Integral
 from typing import Any
 
 from trcore.adaptive_change import change_point
@@ -54,10 +55,14 @@ class AdaptiveController:
         started_s: float | None = None,
     ) -> None:
         self.config = config
+        if not thresholds or any(isinstance(b, bool) or not isinstance(b, Integral) or b < 1 for b in thresholds):
+            raise ConfigError("thresholds", f"need whole numbers >= 1, one per model, got {list(thresholds)}")
         self.thresholds = tuple(int(b) for b in thresholds)
         self.num_models = len(self.thresholds)
         if base_latency_s is not None and len(base_latency_s) != self.num_models:
             raise ConfigError("base_latency_s", f"needs one table per model ({self.num_models})")
+        if max_batch is not None and (len(max_batch) != self.num_models or min(max_batch) < 1):
+            raise ConfigError("max_batch", f"needs one cap >= 1 per model ({self.num_models}), got {list(max_batch)}")
         self.base_latency_s = base_latency_s
         self.max_batch = tuple(max_batch) if max_batch is not None else (256,) * self.num_models
         self.window = ObservationWindow(self.num_models, config.window_s)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Any
 
 from trcore.adaptive_window import WindowEstimate, latency_moved
@@ -85,6 +86,10 @@ class AdaptiveConfig:
             "gain_sigma": (self.gain_sigma >= 0, ">= 0"),
             "method": (self.method in ("auto", "sampled", "exact"), "one of auto, sampled, exact"),
         }
+        for name in ("min_steps", "max_candidates", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
+                raise ConfigError(f"adaptive.{name}", f"must be a whole number >= 0, got {value!r}")
         for name, (ok, bounds) in checks.items():
             value = getattr(self, name)
             finite = not isinstance(value, float) or math.isfinite(value)

@@ -9,9 +9,12 @@ class ConfigError(ValueError):
     """
 
     def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"{field}: {problem}")
+        super().__init__(field, problem)  # the args rebuild it: pickling (process pools), SimPy's re-raise
         self.field = field
         self.problem = problem
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.problem}"
 
 
 class InfeasibleError(ConfigError):

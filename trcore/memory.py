@@ -9,6 +9,7 @@ blocks for the request after it; a spilled session holds none and must be recomp
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Integral
 
 from trcore.errors import ConfigError
 
@@ -23,17 +24,22 @@ class KVBudget:
     max_seqs: int | None = None
 
     def __post_init__(self) -> None:
-        if self.num_blocks < 1:
-            raise ConfigError("kv.num_blocks", f"must be at least 1; got {self.num_blocks}")
-        if self.block_size < 1:
-            raise ConfigError("kv.block_size", f"must be at least 1; got {self.block_size}")
-        if self.max_seqs is not None and self.max_seqs < 1:
-            raise ConfigError("kv.max_seqs", f"must be at least 1 or None; got {self.max_seqs}")
+        if not _whole(self.num_blocks) or self.num_blocks < 1:
+            raise ConfigError("kv.num_blocks", f"must be a whole number, at least 1; got {self.num_blocks!r}")
+        if not _whole(self.block_size) or self.block_size < 1:
+            raise ConfigError("kv.block_size", f"must be a whole number, at least 1; got {self.block_size!r}")
+        if self.max_seqs is not None and (not _whole(self.max_seqs) or self.max_seqs < 1):
+            raise ConfigError("kv.max_seqs", f"must be a whole number, at least 1, or None; got {self.max_seqs!r}")
 
     @classmethod
     def from_tokens(cls, capacity_tokens: int, block_size: int = 16, max_seqs: int | None = None) -> KVBudget:
-        """The budget of a cache that holds ``capacity_tokens`` tokens (whole blocks only)."""
-        return cls(max(1, capacity_tokens // block_size), block_size, max_seqs)
+        """The budget of a cache that holds ``capacity_tokens`` tokens: its whole blocks, at least one (a cache
+        smaller than one block is a ConfigError, not rounded up)."""
+        if not _whole(block_size) or block_size < 1:
+            raise ConfigError("kv.block_size", f"must be a whole number, at least 1; got {block_size!r}")
+        if not capacity_tokens >= block_size:  # NaN too
+            raise ConfigError("kv.capacity_tokens", f"must hold one block ({block_size} tokens); got {capacity_tokens}")
+        return cls(int(capacity_tokens // block_size), block_size, max_seqs)
 
     @property
     def capacity_tokens(self) -> int:
@@ -103,3 +109,7 @@ class KVLedger:
         blocks = self._blocks.pop(request_id, 0)
         self.num_used -= blocks
         return blocks
+
+
+def _whole(x: object) -> bool:
+    return isinstance(x, Integral) and not isinstance(x, bool)

@@ -25,6 +25,9 @@ class MoveRates:
     """The routing statistics' P, read as the two rates (module docstring)."""
 
     def __init__(self, P: Sequence[Sequence[float]]) -> None:
+        from trcore.routers import validate_matrix  # here: trcore.routers imports the core that imports this
+
+        validate_matrix("memory.routing", P, len(P), stochastic=True)
         self.P = [list(map(float, row)) for row in P]
 
     def leave_rate(self, model: int) -> float:

@@ -16,11 +16,14 @@ blocks; if it comes back, its context is recomputed (one extend step). Three pol
   when the router has one, else they are learned from the model's own traffic (:mod:`trcore.move_rates`).
 * ``lru``: spill the session parked longest ago; new requests always get in.
 * ``admission-limit``: never spill; a request is admitted on a model only once its whole worst-case footprint
-  (prompt + max_tokens) is reserved there, so running requests never run out.
+  (prompt + max_tokens) is reserved there, so running requests never run out. A request whose worst case exceeds
+  the whole cache reserves only what it holds (it could never be admitted otherwise); it may then preempt and be
+  preempted like any request, and fails only if it outgrows the cache.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -50,6 +53,10 @@ class StepCost:
     base_s: float = 1.0
     per_request_s: float = 0.0
     extend_s: float = 0.005
+
+    def __post_init__(self) -> None:
+        if not all(math.isfinite(x) and x >= 0 for x in (self.base_s, self.per_request_s, self.extend_s)):
+            raise ConfigError("memory.step_cost", f"terms must be finite and >= 0, got {self}")
 
     def recompute_s(self, num_tokens: int) -> float:
         return self.extend_s * num_tokens
@@ -172,11 +179,15 @@ SPILL_POLICIES: dict[str, type[SpillPolicy]] = {p.name: p for p in (CostSpill, L
 
 
 def spill_policy(
-    name: str, cost: StepCost | None = None, routing: Sequence[Sequence[float]] | None = None
+    name: str,
+    cost: StepCost | None = None,
+    routing: Sequence[Sequence[float]] | None = None,
+    field: str = "memory.spill",
 ) -> SpillPolicy:
-    """The policy called ``name``; unknown names are a ConfigError listing the valid ones."""
+    """The policy called ``name`` (``cost`` and ``routing`` price the ``cost`` policy's spills; the simple ones
+    need neither); unknown names are a ConfigError on ``field`` listing the valid ones."""
     if name == CostSpill.name:
         return CostSpill(cost, routing)
     if name in SPILL_POLICIES:
         return SPILL_POLICIES[name]()
-    raise ConfigError("memory.spill", f"unknown spill policy {name!r}; valid: {', '.join(sorted(SPILL_POLICIES))}")
+    raise ConfigError(field, f"unknown spill policy {name!r}; valid: {', '.join(sorted(SPILL_POLICIES))}")

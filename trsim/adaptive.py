@@ -5,17 +5,20 @@ policy ``solve_delay_s`` later, so it takes effect at each model's next launch (
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import simpy
 
-from trcore import CLIENT, Batch, PeerReq
+from trcore import CLIENT, Batch, ConfigError, PeerReq
 from trcore.adaptive import AdaptiveConfig, AdaptiveController, Retune
 from trcore.adaptive_window import ObservationBuilder
 from trsim.clock import TICKS_PER_S, to_ticks
 
+#: The shortest time between decisions (a tick of nanoseconds would decide a billion times a simulated second).
+MIN_TICK_S = 1e-3
 #: Batch sizes the base latency tables cover (larger batches use the last entry).
 BASE_TABLE_SIZE = 256
 
@@ -30,6 +33,14 @@ class AdaptiveSimConfig:
     tick_s: float = 1.0
     solve_delay_s: float = 0.0
     context_tokens: int = 256
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.tick_s) and self.tick_s >= MIN_TICK_S):
+            raise ConfigError("adaptive.tick_s", f"must be finite and >= {MIN_TICK_S} s, got {self.tick_s}")
+        if not (math.isfinite(self.solve_delay_s) and self.solve_delay_s >= 0):
+            raise ConfigError("adaptive.solve_delay_s", f"must be finite and >= 0, got {self.solve_delay_s}")
+        if self.context_tokens < 0:
+            raise ConfigError("adaptive.context_tokens", f"must be >= 0, got {self.context_tokens}")
 
 
 class AdaptiveDriving:
@@ -110,7 +121,9 @@ def phase_models(config: Any, phases: Sequence[Any], knobs: AdaptiveConfig) -> l
     caps = [p.max_batch for p in config.policies]
     out = []
     for phase in phases:
-        P, C, n = phase.P or P, phase.C or C, phase.concurrency or n
+        P = phase.P if phase.P is not None else P
+        C = phase.C if phase.C is not None else C
+        n = phase.concurrency if phase.concurrency is not None else n
         tables = [
             [lat.predict(b, b * 256, 0) for b in range(1, min(cap, n) + 1)]
             for lat, cap in zip(config.latency, caps, strict=True)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from trcore import BatchingPolicy, ConfigError, InfeasibleError
+from trcore.routers import validate_keep_matrix, validate_matrix
 from trsim.adaptive import AdaptiveSimConfig
 from trsim.kv import KVSimConfig
 from trsim.latency import LatencyModel, QuantizedModel
@@ -121,6 +122,8 @@ class SimConfig:
             raise ConfigError("replicas", "the per-token baseline has no replicas")
         if self.kv is not None and len(self.kv.budgets) != self.num_models:
             raise ConfigError("kv", f"need one KV budget per model ({self.num_models}), got {len(self.kv.budgets)}")
+        for k, phase in enumerate(self.phases):
+            _check_phase(f"phases[{k}]", phase, self.num_models)
 
     @property
     def num_models(self) -> int:
@@ -185,3 +188,17 @@ def _check_costs(name: str, given: float | tuple[float, ...], num_models: int) -
         raise ConfigError(name, f"need one value per model ({num_models}), got {list(given)}")
     if not all(math.isfinite(v) and v >= 0 for v in values):
         raise ConfigError(name, f"must be finite and >= 0, got {given}")
+
+
+def _check_phase(where: str, phase: Phase, num_models: int) -> None:
+    """A phase's values, checked before the run reaches it (a bad one would fail mid-run, or be ignored)."""
+    if not (math.isfinite(phase.duration_s) and phase.duration_s > 0):
+        raise ConfigError(f"{where}.duration_s", f"must be finite and > 0, got {phase.duration_s}")
+    if phase.P is not None:
+        validate_matrix(f"{where}.router.P", phase.P, num_models, stochastic=True)
+    if phase.C is not None:
+        validate_keep_matrix(phase.C, num_models, f"{where}.router.C")
+    if phase.concurrency is not None and phase.concurrency < 1:
+        raise ConfigError(f"{where}.concurrency", f"must be >= 1, got {phase.concurrency}")
+    if phase.thresholds is not None and (len(phase.thresholds) != num_models or min(phase.thresholds) < 1):
+        raise ConfigError(f"{where}.thresholds", f"need {num_models} values >= 1, got {list(phase.thresholds)}")

@@ -39,7 +39,7 @@ class KVSimConfig:
     spill: str = "cost"
 
     def __post_init__(self) -> None:
-        spill_policy(self.spill)  # an unknown name is a ConfigError listing the valid ones
+        spill_policy(self.spill, field="spill")  # an unknown name is a ConfigError listing the valid ones
         if not self.budgets:
             raise ConfigError("kv", "needs one budget per model")
 

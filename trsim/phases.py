@@ -118,7 +118,8 @@ class PhaseDriving:
     def _apply(self, k: int, phase: Phase) -> None:
         sim = self.sim
         if phase.P is not None or phase.C is not None:
-            self._P, self._C = phase.P or self._P, phase.C or self._C
+            self._P = phase.P if phase.P is not None else self._P
+            self._C = phase.C if phase.C is not None else self._C
             params = dict(sim.config.router.params)
             params.update({key: [list(r) for r in m] for key, m in (("P", self._P), ("C", self._C)) if m is not None})
             router = RouterConfig(sim.config.router.program, params)

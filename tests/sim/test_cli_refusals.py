@@ -112,3 +112,32 @@ def test_latency_keys_the_chosen_model_does_not_read_are_refused(tmp_path, laten
 
 def test_the_kv_flag_given_alone_is_the_one_named():
     refused(run("simulate", "--kv-max-seqs", 4), "--kv-max-seqs: needs --kv-tokens or --kv-blocks")
+
+
+@pytest.mark.parametrize(
+    ("phase", "field"),
+    [({"duration_s": 0.0}, "phases[1].duration_s"), ({"duration_s": 5.0, "P": ((1.5, -0.5), (0.5, 0.5))},
+     "phases[1].router.P"), ({"duration_s": 5.0, "P": ()}, "phases[1].router.P"),
+     ({"duration_s": 5.0, "thresholds": (1,)}, "phases[1].thresholds")],
+)  # fmt: skip
+def test_a_bad_later_phase_is_refused_before_the_run(phase, field):
+    from dataclasses import replace
+
+    from trcore.errors import ConfigError
+    from trsim.config import SimConfig
+    from trsim.phases import Phase
+    from trsim.scenario import load_scenario, scenario_config
+
+    config = scenario_config(load_scenario("trsim/scenarios/adaptive-collapse.yaml"), "trsim/scenarios")
+    with pytest.raises(ConfigError) as error:
+        SimConfig(**{**config.__dict__, "phases": (config.phases[0], replace(Phase(1.0), **phase))})
+    assert error.value.field == field
+
+
+def test_a_tick_that_would_never_end_the_run_is_refused():
+    from trcore.errors import ConfigError
+    from trsim.adaptive import AdaptiveSimConfig
+
+    for tick in (0.0, -1.0, 1e-9, float("nan")):
+        with pytest.raises(ConfigError, match=r"adaptive\.tick_s"):
+            AdaptiveSimConfig(tick_s=tick)

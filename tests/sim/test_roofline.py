@@ -38,7 +38,7 @@ def test_never_below_the_datasheet_floor(hardware, shape, tp, batch, context_per
     fed = batch + extend
     assert step >= non_embedding * dtype_bytes("bf16") / tp / device.memory_bw
     assert step >= 2 * fed * 0.99 * non_embedding / tp / device.peak_flops("bf16")
-    assert step >= model.physical_bound_s(batch, batch * context_per_request, extend)
+    assert step >= model.physical_bound_s(batch, batch * context_per_request, extend) * (1 - 1e-12)  # summed apart
 
 
 def test_paper_a100_decode_steps_within_25_percent_with_default_parameters():

@@ -36,8 +36,12 @@ class KVDemand:
     overflow_z: float = 0.0
 
     def __post_init__(self) -> None:
-        if any(c is not None and c < 0 for c in self.capacity_tokens):
-            raise ConfigError("kv.capacity_tokens", f"must be >= 0, got {list(self.capacity_tokens)}")
+        if any(c is not None and not (math.isfinite(c) and c >= 0) for c in self.capacity_tokens):
+            raise ConfigError("kv.capacity_tokens", f"must be finite and >= 0, got {list(self.capacity_tokens)}")
+        numbers = (self.mean_prompt_tokens, self.mean_output_tokens, self.output_spread, self.footprint_std_tokens,
+                   self.overflow_z)  # fmt: skip
+        if not all(math.isfinite(x) for x in numbers):
+            raise ConfigError("kv.mean_lengths", f"lengths, spread and margin must be finite, got {numbers}")
         if self.mean_prompt_tokens < 0 or self.mean_output_tokens < 0 or self.footprint_tokens <= 0:
             raise ConfigError("kv.mean_lengths", "prompt and output lengths must be >= 0 and not both 0")
         if self.output_spread < 1 or self.footprint_std_tokens < 0 or self.overflow_z < 0:
@@ -53,8 +57,14 @@ class KVDemand:
         ``N m + z sqrt(N) s <= capacity``."""
         m, margin = self.footprint_tokens, self.overflow_z * self.footprint_std_tokens
         root = (-margin + math.sqrt(margin * margin + 4 * m * capacity_tokens)) / (2 * m)  # sqrt(N) at equality
+
+        def fits(k: int) -> bool:
+            return k * m + margin * math.sqrt(k) <= capacity_tokens * (1 + 1e-12)
+
         n = math.floor(root * root)
-        while n > 0 and n * m + margin * math.sqrt(n) > capacity_tokens * (1 + 1e-12):  # rounding of the root
+        while fits(n + 1):  # the root rounded down (3 requests of 100 tokens exactly fill 300)
+            n += 1
+        while n > 0 and not fits(n):  # the root rounded up
             n -= 1
         return n
 
@@ -102,6 +112,10 @@ def visited_models(P: Sequence[Sequence[float]], entry: int = 0) -> tuple[int, .
 
 def memory_check(P: Sequence[Sequence[float]], demand: KVDemand, num_requests: int, entry: int = 0) -> MemoryVerdict:
     """Whether ``num_requests`` requests fit resident on every model they visit."""
+    if isinstance(num_requests, bool) or not isinstance(num_requests, int) or num_requests < 0:
+        raise ConfigError("num_requests", f"must be an integer >= 0, got {num_requests!r}")
+    if not 0 <= entry < len(P):
+        raise ConfigError("entry", f"must be within 0..{len(P) - 1}, got {entry}")
     if len(demand.capacity_tokens) != len(P):
         raise ConfigError("kv.capacity_tokens", f"needs one per model ({len(P)}), got {len(demand.capacity_tokens)}")
     visited = visited_models(P, entry)

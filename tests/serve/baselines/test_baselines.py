@@ -22,7 +22,7 @@ pytestmark = pytest.mark.serve
 def baseline(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     mode, backend = request.param.split("/")
     dirs = model_dirs()
-    config = {**server_config(dirs, backend=backend), "mode": mode}
+    config = {**server_config(dirs, backend=backend), "mode": mode, "batching": {}}  # no delayed batching there
     yield from start_served(tmp_path_factory.mktemp(f"{mode}-{backend}"), config, dirs)
 
 
@@ -43,7 +43,7 @@ def test_baseline_gives_the_reference_tokens(baseline: Served):
 @pytest.fixture(scope="module", params=["lockstep", "per-token"])
 def small_kv_baseline(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     dirs = model_dirs()
-    config = {**server_config(dirs), "mode": request.param}
+    config = {**server_config(dirs), "mode": request.param, "batching": {}}
     for model, gib in zip(config["models"], SMALL_KV_GIB, strict=True):
         model["kv_cache_gib"] = gib
     yield from start_served(tmp_path_factory.mktemp(f"{request.param}-small-kv"), config, dirs)
