@@ -27,8 +27,11 @@ def describe_validation_error(exc: Any) -> str:
     inner = (first.get("ctx") or {}).get("error")
     if isinstance(inner, ConfigError):
         return str(inner)
-    loc = ".".join(str(p) for p in first.get("loc", ())) or "input"
-    return f"{loc}: {first.get('msg', 'invalid')}"
+    loc = ".".join(str(p) for p in first.get("loc", ()))
+    msg = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+    if not loc:  # a check across fields: its message names them
+        return msg
+    return f"{loc}: {msg}"
 
 
 def cli_errors(fn: F) -> F:

@@ -54,9 +54,12 @@ class Streamed:
 
 def body(server: Served, i: int, **extra: object) -> dict:
     """Request ``i``; its hand-off decisions are keyed by ``i``, not its random id, so every run routes it alike."""
-    return {"model": MODEL, "prompt": f"Story {i}: once upon a time", "max_tokens": MAX_TOKENS[server.backend],
-            "temperature": 0, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
-            "routing_extra": {"handoff_prob": 0.3, "decision_key": f"request-{i}"}, **extra}  # fmt: skip
+    request = {"model": MODEL, "prompt": f"Story {i}: once upon a time", "max_tokens": MAX_TOKENS[server.backend],
+               "temperature": 0, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
+               "routing_extra": {"handoff_prob": 0.3, "decision_key": f"request-{i}"}, **extra}  # fmt: skip
+    if not request["stream"]:  # stream_options goes with a stream only (400 otherwise, as vLLM answers)
+        del request["stream_options"]
+    return request
 
 
 @dataclass
