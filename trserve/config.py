@@ -9,7 +9,7 @@ from pydantic import Field, model_validator
 
 from trcore.adaptive_config import AdaptiveConfig
 from trcore.errors import ConfigError
-from trserve.model_config import ModelConfig, StrictSection, check_models
+from trserve.model_config import ModelConfig, StrictSection, check_memory, check_models
 from trserve.pairs.fill import apply_pair
 
 Mode = Literal["routed", "lockstep", "per-token"]
@@ -232,17 +232,7 @@ class ServeConfig(StrictSection):
         check_models(self.mode, self.backend, self.models)
         if self.cluster is not None:
             _check_cluster(self.cluster, self.mode, self.models)
-        pool_less = self.backend == "hash" or (
-            self.backend == "emulated" and any(m.emulated is None or m.emulated.kv_tokens is None for m in self.models)
-        )
-        if self.server.kv_admission and pool_less:
-            raise ValueError(
-                f"server.kv_admission needs a KV pool on every model; backend {self.backend!r} has none without "
-                "models[i].emulated.kv_tokens, so it would do nothing"
-            )
-        if self.server.kv_admission and (self.mode != "routed" or self.memory.policy == "off"):
-            why = f"mode {self.mode!r}" if self.mode != "routed" else "memory.policy 'off' (no KV accounting)"
-            raise ValueError(f"server.kv_admission needs mode 'routed' with KV accounting; it does nothing with {why}")
+        check_memory(self.mode, self.backend, self.models, self.server.kv_admission, self.memory.policy)
         fewest = min(m.max_num_seqs for m in self.models)
         if self.mode != "per-token" and self.server.max_active_requests > fewest:
             raise ValueError(

@@ -136,3 +136,23 @@ def _check_backend_fields(backend: str, models: list[ModelConfig]) -> None:
             raise ValueError(f"models.{i}.emulated is only read with backend: emulated (backend is {backend})")
         if backend != "emulated" and m.path is None:
             raise ValueError(f"models.{i}.path is required with backend: {backend}")
+
+
+def check_memory(mode: str, backend: str, models: list[ModelConfig], kv_admission: bool, policy: str) -> None:
+    """KV settings that would do nothing, or run as if memory were free, are refused (ValueError naming the field)."""
+    if mode == "per-token" and any(m.emulated is not None and m.emulated.kv_tokens for m in models):
+        raise ValueError(
+            "models[i].emulated.kv_tokens: mode 'per-token' keeps no KV pool on emulated engines (requests "
+            "would run as if memory were free); leave it out, or use mode routed or lockstep"
+        )
+    pool_less = backend == "hash" or (
+        backend == "emulated" and any(m.emulated is None or m.emulated.kv_tokens is None for m in models)
+    )
+    if kv_admission and pool_less:
+        raise ValueError(
+            f"server.kv_admission needs a KV pool on every model; backend {backend!r} has none without "
+            "models[i].emulated.kv_tokens, so it would do nothing"
+        )
+    if kv_admission and (mode != "routed" or policy == "off"):
+        why = f"mode {mode!r}" if mode != "routed" else "memory.policy 'off' (no KV accounting)"
+        raise ValueError(f"server.kv_admission needs mode 'routed' with KV accounting; it does nothing with {why}")

@@ -173,6 +173,12 @@ def test_lockstep_keeps_the_default_all_ones_thresholds():
     assert make(mode="lockstep", batching={"thresholds": [1, 1]}).mode == "lockstep"
 
 
+def test_an_emulated_pool_in_per_token_mode_is_refused():
+    models = [{"name": n, "emulated": {"latency_ms": 5.0, "kv_tokens": 256}} for n in ("a", "b")]
+    with pytest.raises(ValueError, match="mode 'per-token' keeps no KV pool on emulated engines"):
+        ServeConfig.model_validate({"backend": "emulated", "mode": "per-token", "models": models})
+
+
 def test_an_emulated_pool_smaller_than_one_block_is_refused():
     models = [{"name": n, "emulated": {"latency_ms": 5.0, "kv_tokens": 10}, "block_size": 32} for n in ("a", "b")]
     with pytest.raises(ValueError, match=r"emulated\.kv_tokens: 10 tokens hold no whole block of 32"):
