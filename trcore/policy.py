@@ -110,3 +110,31 @@ def policies_for(
         BatchingPolicy(threshold=b, max_wait_s=max_wait_s, max_batch=cap, peer_slack=total - (b - 1))
         for b, cap in zip(thresholds, caps, strict=True)
     )
+
+
+def check_tables(
+    thresholds: Sequence[int], tables: Sequence[Mapping[int, int]], field: str = "tables", caps: Sequence[int] = ()
+) -> None:
+    """Threshold tables that can deadlock are a ConfigError: at every active count ``n`` a table keys, the vector in
+    force (each model's table entry at ``n``, else its threshold) must leave ``sum(B_i - 1) < n``, or the models
+    can all wait for batches the ``n`` requests cannot fill (the optimizer's tables meet this by construction);
+    ``caps``: each model's largest batch, which no entry may exceed."""
+    if len(tables) != len(thresholds):
+        raise ConfigError(field, f"needs one table per model ({len(thresholds)}), got {len(tables)}")
+    for i, table in enumerate(tables):
+        for active, b in table.items():
+            if active < 1 or b < 1:
+                raise ConfigError(f"{field}[{i}]", f"entry {active}: {b} must have both >= 1")
+            if caps and b > caps[i]:
+                raise ConfigError(f"{field}[{i}]", f"entry {active}: {b} is above the model's batch cap {caps[i]}")
+    for n in sorted({k for table in tables for k in table}):
+        vector = [_entry_at(table, n, b) for table, b in zip(tables, thresholds, strict=True)]
+        if sum(b - 1 for b in vector) >= n:
+            raise InfeasibleError(field, f"at {n} active requests the thresholds {vector} can deadlock "
+                                  f"(sum of B - 1 = {sum(b - 1 for b in vector)} >= {n})")  # fmt: skip
+
+
+def _entry_at(table: Mapping[int, int], n: int, default: int) -> int:
+    keys = sorted(table)
+    idx = bisect_right(keys, n) - 1
+    return table[keys[idx]] if idx >= 0 else default

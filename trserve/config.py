@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 
 from trcore.adaptive_config import AdaptiveConfig
 from trcore.errors import ConfigError
+from trcore.policy import check_tables
 from trserve.model_config import ModelConfig, StrictSection, check_memory, check_models
 from trserve.pairs.fill import apply_pair
 
@@ -224,8 +225,10 @@ class ServeConfig(StrictSection):
         thresholds = self.batching.thresholds
         if isinstance(thresholds, list) and len(thresholds) != n:
             raise ValueError(f"batching.thresholds needs one entry per model ({n}), got {len(thresholds)}")
-        if self.batching.tables is not None and len(self.batching.tables) != n:
-            raise ValueError(f"batching.tables needs one table per model ({n})")
+        if self.batching.tables is not None:
+            caps = [min(self.batching.max_batch or m.max_num_seqs, m.max_num_seqs) for m in self.models]
+            base = thresholds if isinstance(thresholds, list) else [1] * n
+            check_tables(base, self.batching.tables, "batching.tables", caps)
         if self.mode != "routed" and (self.batching.tables is not None or thresholds not in (None, [1] * n)):
             given = "batching.tables" if self.batching.tables is not None else f"batching.thresholds {thresholds!r}"
             raise ValueError(f"{given}: mode {self.mode!r} has no delayed batching, so it would do nothing")

@@ -91,6 +91,7 @@ def llm_only(config: SimConfig) -> SimConfig:
         per_token=None,
         model_names=(config.names[llm],),
         kv=replace(config.kv, budgets=(config.kv.budgets[llm],)) if config.kv is not None else None,
+        phases=tuple(replace(p, P=None, C=None, thresholds=None) for p in config.phases),  # no routing to change
     )
 
 

@@ -26,6 +26,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from trcore import BatchingPolicy, ConfigError
+from trcore.policy import check_tables
 from trsim.baselines import apply_baseline
 from trsim.build import load_trace_file, with_traces
 from trsim.config import PerTokenConfig, SimConfig
@@ -222,7 +223,11 @@ def _roofline(spec: LatencySpec, base: Path, where: str) -> LatencyModel:
 
 
 def _policies(specs: Sequence[ModelSpec]) -> tuple[BatchingPolicy, ...]:
-    # Each model knows its peers' slack, so thresholds stay deadlock-free as requests finish.
+    # Each model knows its peers' slack, so thresholds stay deadlock-free as requests finish; tables are checked.
+    if any(m.table for m in specs):
+        check_tables(
+            [m.threshold for m in specs], [m.table for m in specs], "models.table", [m.max_batch for m in specs]
+        )
     total = sum(m.threshold - 1 for m in specs)
     return tuple(_policy(m, total - (m.threshold - 1)) for m in specs)
 

@@ -56,3 +56,16 @@ def test_bad_values_are_config_errors_naming_the_field_at_once(make, field):
 
 def test_a_cache_of_whole_blocks_still_rounds_down():
     assert KVBudget.from_tokens(40, 16).num_blocks == 2 and KVBudget.from_tokens(16, 16).capacity_tokens == 16
+
+
+def test_threshold_tables_that_can_deadlock_or_exceed_a_batch_cap_are_refused():
+    from trcore.errors import InfeasibleError
+    from trcore.policy import check_tables
+
+    with pytest.raises(InfeasibleError, match=r"at 1 active requests the thresholds \[4, 4\] can deadlock"):
+        check_tables([1, 1], [{1: 4}, {1: 4}])
+    with pytest.raises(InfeasibleError, match=r"at 8 active requests the thresholds \[5, 5\]"):
+        check_tables([1, 1], [{8: 5}, {8: 5}])
+    with pytest.raises(ConfigError, match=r"tables\[0\]: entry 8: 70 is above the model's batch cap 8"):
+        check_tables([1, 1], [{8: 70}, {}], caps=[8, 8])
+    check_tables([1, 1], [{8: 4, 16: 1}, {8: 1, 16: 8}])  # an optimizer's table: feasible at every count it keys

@@ -141,3 +141,29 @@ def test_a_tick_that_would_never_end_the_run_is_refused():
     for tick in (0.0, -1.0, 1e-9, float("nan")):
         with pytest.raises(ConfigError, match=r"adaptive\.tick_s"):
             AdaptiveSimConfig(tick_s=tick)
+
+
+def test_thresholds_beside_a_baseline_that_sets_its_own_are_refused(tmp_path):
+    refused(run("simulate", "--baseline", "b1", "--thresholds", "4,1"), "--thresholds: the b1 baseline sets its own")
+    path = scenario(tmp_path, "workload: {concurrency: 4}\nbaseline: lockstep\n")
+    refused(run("simulate", "--scenario", path, "--thresholds", "1,1"), "--thresholds: the lockstep baseline")
+    out = tmp_path / "sweep"
+    refused(run("sweep", "--scenario", path, "-N", 4, "--tokens", 500, "--out", out), "baseline sets its own")
+
+
+def test_a_sweep_refuses_a_concurrency_its_scenario_sets(tmp_path):
+    path = scenario(tmp_path, "workload: {concurrency: 4}\nphases: [{duration_s: 2, concurrency: 8}]\n")
+    out = tmp_path / "sweep"
+    refused(run("sweep", "--scenario", path, "-N", "4,8", "--tokens", 500, "--out", out), "--concurrency: ")
+
+
+def test_the_large_model_alone_runs_a_scenario_whose_phases_route(tmp_path):
+    body = "workload: {concurrency: 4}\nphases: [{duration_s: 2}, {duration_s: 2, router: {P: [[0.5, 0.5], [1, 0]]}}]\n"
+    result = run("simulate", "--scenario", scenario(tmp_path, body), "--baseline", "llm-only", "--json")
+    assert result.exit_code == 0, result.output
+    assert len(json.loads(result.stdout)["phases"]) == 2
+
+
+def test_an_open_loop_reports_no_concurrency(tmp_path):
+    path = scenario(tmp_path, "workload: {arrival: poisson, rate_per_s: 5, num_sessions: 6}\n")
+    assert json.loads(run("simulate", "--scenario", path, "--json").stdout)["concurrency"] is None

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from tokenrouter import options as opt
+from tokenrouter.commands.sim_checks import check_sweepable, run_limits, scenario_baseline
 from tokenrouter.errors import cli_errors
 from tokenrouter.jobs import RAY_ADDRESS_OPTION, job_runner
 from tokenrouter.kv_options import (
@@ -160,6 +161,9 @@ def simulate(
     from trsim.baselines import apply_baseline
     from trsim.driver import Simulation
 
+    chosen = baseline or (scenario_baseline(scenario) if scenario is not None else "tokenrouter")
+    if thresholds not in (None, "adaptive") and chosen != "tokenrouter":
+        raise ConfigError("--thresholds", f"the {chosen} baseline sets its own thresholds")
     config, spec = build_config(scenario, P, C, latency_ms, workload, concurrency, thresholds, quantum_ms, seed, pair)
     config = apply_kv_flags(config, KVFlags(kv_tokens, kv_blocks, kv_block_size, kv_max_seqs, spill))
     if baseline is not None:
@@ -170,13 +174,13 @@ def simulate(
         config = apply_baseline(config, baseline)
     if replicas is not None:
         config = replace(config, replicas=tuple(opt.parse_thresholds(replicas, config.num_models, "--replicas")))
-    limit, time_s, warmup = _limits(spec, tokens, warmup_tokens)
+    limit, time_s, warmup = run_limits(spec, tokens, warmup_tokens)
     sim = Simulation(config, record_trace=trace_out is not None, chrome_trace=chrome_trace is not None)
     result = sim.run(limit, time_s, warmup)
     _write_outputs(sim, chrome_trace, trace_out)
     summary = {"baseline": baseline or (spec.baseline if spec else "tokenrouter"), **result.to_dict()}
     summary["thresholds"] = list(sim.thresholds_in_force())  # at the end of the run
-    summary["concurrency"] = config.workload.concurrency
+    summary["concurrency"] = config.workload.concurrency if config.workload.arrival == "closed" else None
     summary["adaptive"] = config.adaptive is not None
     for key in ("phases", "switches"):
         if key in result.extra:
@@ -187,24 +191,6 @@ def simulate(
         from tokenrouter.commands.sim_view import print_summary
 
         print_summary(summary, config.names)
-
-
-def _limits(spec: Any, tokens: int | None, warmup_tokens: int | None) -> tuple[int | None, float | None, int]:
-    """Run limits: flags win over the scenario's ``run`` section; 100,000 tokens when neither gives one."""
-    from trsim.scenario import RunSpec
-
-    run = spec.run if spec is not None else RunSpec()
-    warmup = warmup_tokens if warmup_tokens is not None else run.warmup_tokens
-    if tokens is not None:
-        opt.check_positive(tokens, "--tokens")
-        return tokens, None, warmup
-    if spec is not None and (spec.phases or spec.diurnal is not None):  # the run ends when the last phase does
-        if run.tokens is not None or run.time_s is not None:
-            typer.echo("note: the scenario's run: limits give way to its phases (the run ends with the last)", err=True)
-        return None, None, warmup
-    if run.tokens is None and run.time_s is None:
-        return 100_000, None, warmup
-    return run.tokens, run.time_s, warmup
 
 
 def _write_outputs(sim: Any, chrome_trace: Path | None, trace_out: Path | None) -> None:
@@ -228,7 +214,7 @@ def sweep(
     pair: str = typer.Option(None, "--pair", help=opt.PAIR_HELP + f" [{opt.ANALYTIC_PAIR}]"),
     quantum_ms: float = typer.Option(None, "--quantum-ms", help="Round step latencies to this quantum (as the model)."),
     workload: str = typer.Option(None, "--workload", help="Workload preset (endless, short-reasoning, ...)."),
-    concurrency: str = typer.Option("16", "--concurrency", "-N", help="Concurrencies, e.g. '1,2,4,8'."),
+    concurrency: str = typer.Option(None, "--concurrency", "-N", help="Concurrencies, e.g. '1,2,4,8' [16]."),
     thresholds: str = typer.Option("all", "--thresholds", help="'all' feasible vectors, or e.g. '1,1;2,1;4,1'."),
     tokens: int = typer.Option(50_000, "--tokens", help="Committed tokens per run."),
     seed: int = typer.Option(None, "--seed", help="Random seed [0]."),
@@ -245,10 +231,11 @@ def sweep(
     from trsim.sweep import best_thresholds, grid, run_sweep
 
     opt.check_positive(tokens, "--tokens")
-    concurrencies = opt.parse_ints(concurrency, "--concurrency")
+    concurrencies = opt.parse_ints("16" if concurrency is None else concurrency, "--concurrency")
     configs = {}
     for path in scenario or [None]:
         config, spec = build_config(path, P, C, latency_ms, workload, None, None, quantum_ms, seed, pair)
+        check_sweepable(path, spec, config, concurrency is not None)
         configs[spec.name if spec is not None else "flags"] = config
     num_models = next(iter(configs.values())).num_models
     points = grid(configs, concurrencies, opt.parse_threshold_grid(thresholds, num_models))

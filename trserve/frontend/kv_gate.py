@@ -5,7 +5,7 @@ Whether a new request waits for blocks or spills parked sessions to get in is de
 spill policy's cost model (:mod:`trcore.kvplan`); each step report says how many new requests wait there now
 (``memory["waiting_admission"]``). While one does, a further request could only queue behind it, so the front
 end keeps it instead: it stays cancellable at no cost, counts against ``max_waiting_requests`` (so a flood is
-answered 503 with Retry-After instead of piling up), and the active count that threshold tables key on stays
+answered 429 with Retry-After instead of piling up), and the active count that threshold tables key on stays
 the requests being served. Each request that ends lets one held request through (memory may have come free);
 the next report of the entry model says whether more may follow.
 

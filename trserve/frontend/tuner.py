@@ -23,6 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -145,7 +146,11 @@ class Tuner:
             return None
         fresh = None
         if job.fresh and self.within_budget():
-            fresh, cpu_s = await asyncio.get_running_loop().run_in_executor(self.pool(), timed_solve, job)
+            try:
+                fresh, cpu_s = await asyncio.get_running_loop().run_in_executor(self.pool(), timed_solve, job)
+            except BrokenProcessPool:
+                self._pool = None  # the solver process died (killed, out of memory): a fresh one at the next solve
+                raise
             self.cpu_s += cpu_s
         elif job.fresh:
             self.num_deferred += 1

@@ -116,3 +116,21 @@ def test_stationary_reports_send_nothing_more():
         asyncio.run(t.tick())
     assert len(sent) == 1 and t.controller.num_solves == 1
     t.stop()
+
+
+def test_a_dead_solver_process_is_replaced_at_the_next_solve():
+    from concurrent.futures.process import BrokenProcessPool
+
+    import pytest
+
+    sent, clock = [], Clock()
+    t = tuner((8, 1), sent, clock)
+    for process in t.pool()._processes.values() if t.pool().submit(int).result() == 0 else ():
+        process.kill()  # as the OOM killer would
+    feed(t)
+    clock.t = 5.0
+    with pytest.raises(BrokenProcessPool):
+        asyncio.run(t.tick())
+    assert t._pool is None  # a fresh process at the next solve, instead of failing every decision from now on
+    assert t.pool().submit(int, "3").result() == 3
+    t.stop()

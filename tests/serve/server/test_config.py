@@ -160,6 +160,8 @@ def test_max_active_must_fit_every_engine():
      ({"mode": "per-token", "batching": {"thresholds": "adaptive"}}, "mode 'per-token' has no delayed batching"),
      ({"mode": "lockstep", "batching": {"tables": [{8: 2}, {}]}}, "batching.tables: mode 'lockstep'"),
      ({"backend": "hash", "server": {"kv_admission": True}}, "server.kv_admission needs a KV pool"),
+     ({"batching": {"thresholds": [1, 1], "tables": [{1: 4}, {1: 4}]}}, "batching.tables: at 1 active requests"),
+     ({"batching": {"tables": [{1: 1, 8: 70}, {1: 1}], "max_batch": 8}}, "batching.tables[0]: entry 8: 70 is above"),
      ({"batching": {"thresholds": "adaptive", "adaptive": {"window_s": float("inf")}}}, "finite"),
      ({"batching": {"thresholds": "adaptive", "adaptive": {"change_window_s": 50}}},
       "batching.adaptive.change_window_s: must be finite and >= 0 and below window_s (10.0), got 50.0")],

@@ -1,0 +1,47 @@
+"""`tokenrouter simulate` / `sweep`: the run's limits, and the checks that refuse flags a scenario would override."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from tokenrouter import options as opt
+from trcore.errors import ConfigError
+
+
+def scenario_baseline(path: Path) -> str:
+    """The baseline a scenario file names."""
+    from trsim.scenario import load_scenario
+
+    return load_scenario(path).baseline
+
+
+def check_sweepable(path: Path | None, spec: Any, config: Any, concurrency_given: bool) -> None:
+    """A sweep varies TokenRouter's thresholds and the concurrency: a scenario that fixes either is refused."""
+    if spec is not None and spec.baseline != "tokenrouter":
+        raise ConfigError(
+            "--scenario", f"{path}: the {spec.baseline} baseline sets its own thresholds; a sweep varies them"
+        )
+    fixed = config.workload.arrival != "closed" or any(p.concurrency is not None for p in config.phases)
+    if fixed and concurrency_given:
+        raise ConfigError("--concurrency", f"{path}: its phases or its {config.workload.arrival} arrivals set it")
+
+
+def run_limits(spec: Any, tokens: int | None, warmup_tokens: int | None) -> tuple[int | None, float | None, int]:
+    """Run limits: flags win over the scenario's ``run`` section; 100,000 tokens when neither gives one."""
+    from trsim.scenario import RunSpec
+
+    run = spec.run if spec is not None else RunSpec()
+    warmup = warmup_tokens if warmup_tokens is not None else run.warmup_tokens
+    if tokens is not None:
+        opt.check_positive(tokens, "--tokens")
+        return tokens, None, warmup
+    if spec is not None and (spec.phases or spec.diurnal is not None):  # the run ends when the last phase does
+        if run.tokens is not None or run.time_s is not None:
+            typer.echo("note: the scenario's run: limits give way to its phases (the run ends with the last)", err=True)
+        return None, None, warmup
+    if run.tokens is None and run.time_s is None:
+        return 100_000, None, warmup
+    return run.tokens, run.time_s, warmup
