@@ -54,10 +54,7 @@ class BatchingPolicy:
         """The threshold in force when ``num_active`` requests are active (None: unknown)."""
         b = self.threshold
         if self.table and num_active is not None:
-            keys = list(self.table)
-            idx = bisect_right(keys, num_active) - 1
-            if idx >= 0:
-                b = self.table[keys[idx]]
+            b = table_entry(self.table, num_active, b)
         if num_active is not None:
             b = min(b, max(num_active - self.peer_slack, 1))
         return min(b, self.max_batch)
@@ -127,14 +124,17 @@ def check_tables(
                 raise ConfigError(f"{field}[{i}]", f"entry {active}: {b} must have both >= 1")
             if caps and b > caps[i]:
                 raise ConfigError(f"{field}[{i}]", f"entry {active}: {b} is above the model's batch cap {caps[i]}")
+    ordered = [dict(sorted(table.items())) for table in tables]
     for n in sorted({k for table in tables for k in table}):
-        vector = [_entry_at(table, n, b) for table, b in zip(tables, thresholds, strict=True)]
+        vector = [table_entry(table, n, b) for table, b in zip(ordered, thresholds, strict=True)]
         if sum(b - 1 for b in vector) >= n:
             raise InfeasibleError(field, f"at {n} active requests the thresholds {vector} can deadlock "
                                   f"(sum of B - 1 = {sum(b - 1 for b in vector)} >= {n})")  # fmt: skip
 
 
-def _entry_at(table: Mapping[int, int], n: int, default: int) -> int:
-    keys = sorted(table)
-    idx = bisect_right(keys, n) - 1
+def table_entry(table: Mapping[int, int], num_active: int, default: int) -> int:
+    """The entry of ``table`` (keys ascending) in force at ``num_active`` active requests: the one of the largest
+    key not above it, else ``default``."""
+    keys = list(table)
+    idx = bisect_right(keys, num_active) - 1
     return table[keys[idx]] if idx >= 0 else default

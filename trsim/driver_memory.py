@@ -61,14 +61,18 @@ class MemoryDriving:
             self._end(PeerReq(rid, n, tuple(req.token_ids[n:]), tuple(req.anchors), sub.model, is_finished=True), now)
             self._pins.pop(rid, None)
         self.kv.observe(self.env.now)
-        if unservable and self.committed == 0 and self.kv.num_failed >= MAX_FAILED_UNSERVED:
+        if unservable and self._nothing_servable():
             self._stop()
         return len(unservable)
 
+    def _nothing_servable(self) -> bool:
+        return self.kv is not None and self.committed == 0 and self.kv.num_failed >= MAX_FAILED_UNSERVED
+
     def _check_servable(self) -> None:
-        """A ConfigError when the run stopped because no request fit a whole KV cache (raised after the run: an
-        exception inside a SimPy process loses its fields)."""
-        if self.kv is not None and self.committed == 0 and self.kv.num_failed >= MAX_FAILED_UNSERVED:
+        """A ConfigError when the run stopped because no request fit a whole KV cache (raised once the run has
+        stopped, outside the SimPy process that saw it)."""
+        if self._nothing_servable():
+            assert self.kv is not None
             raise ConfigError(
                 "kv",
                 f"every request is larger than a whole KV cache ({self.kv.num_failed} failed, none wrote a token): "

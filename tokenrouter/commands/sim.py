@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from tokenrouter import options as opt
-from tokenrouter.commands.sim_checks import check_sweepable, run_limits, scenario_baseline
+from tokenrouter.commands.sim_checks import check_sweepable, refuse_fixed_concurrency, run_limits
 from tokenrouter.errors import cli_errors
 from tokenrouter.jobs import RAY_ADDRESS_OPTION, job_runner
 from tokenrouter.kv_options import (
@@ -105,12 +105,7 @@ def build_config(
             config = replace(config, adaptive=AdaptiveSimConfig())
     if concurrency is not None:
         opt.check_positive(concurrency, "--concurrency")
-        if config.workload.arrival != "closed":
-            raise ConfigError(
-                "--concurrency", f"a {config.workload.arrival} workload has no concurrency (its rate sets it)"
-            )
-        if any(p.concurrency is not None for p in config.phases):
-            raise ConfigError("--concurrency", "the scenario's phases set the concurrency; change them there")
+        refuse_fixed_concurrency(config)
         config = config.with_concurrency(concurrency)
     if thresholds is not None:
         config = config.with_thresholds(opt.parse_thresholds(thresholds, config.num_models))
@@ -161,16 +156,13 @@ def simulate(
     from trsim.baselines import apply_baseline
     from trsim.driver import Simulation
 
-    chosen = baseline or (scenario_baseline(scenario) if scenario is not None else "tokenrouter")
-    if thresholds not in (None, "adaptive") and chosen != "tokenrouter":
-        raise ConfigError("--thresholds", f"the {chosen} baseline sets its own thresholds")
     config, spec = build_config(scenario, P, C, latency_ms, workload, concurrency, thresholds, quantum_ms, seed, pair)
+    chosen = baseline or (spec.baseline if spec is not None else "tokenrouter")
+    if thresholds is not None and chosen != "tokenrouter":  # the baseline would override them unsaid
+        adaptive = "adaptive tunes TokenRouter's thresholds; " if thresholds == "adaptive" else ""
+        raise ConfigError("--thresholds", f"{adaptive}the {chosen} baseline sets its own thresholds")
     config = apply_kv_flags(config, KVFlags(kv_tokens, kv_blocks, kv_block_size, kv_max_seqs, spill))
     if baseline is not None:
-        if config.adaptive is not None and baseline != "tokenrouter":
-            raise ConfigError(
-                "--thresholds", f"adaptive tunes TokenRouter's thresholds; the {baseline} baseline has its own"
-            )
         config = apply_baseline(config, baseline)
     if replicas is not None:
         config = replace(config, replicas=tuple(opt.parse_thresholds(replicas, config.num_models, "--replicas")))
@@ -178,7 +170,7 @@ def simulate(
     sim = Simulation(config, record_trace=trace_out is not None, chrome_trace=chrome_trace is not None)
     result = sim.run(limit, time_s, warmup)
     _write_outputs(sim, chrome_trace, trace_out)
-    summary = {"baseline": baseline or (spec.baseline if spec else "tokenrouter"), **result.to_dict()}
+    summary = {"baseline": chosen, **result.to_dict()}
     summary["thresholds"] = list(sim.thresholds_in_force())  # at the end of the run
     summary["concurrency"] = config.workload.concurrency if config.workload.arrival == "closed" else None
     summary["adaptive"] = config.adaptive is not None

@@ -11,11 +11,15 @@ from tokenrouter import options as opt
 from trcore.errors import ConfigError
 
 
-def scenario_baseline(path: Path) -> str:
-    """The baseline a scenario file names."""
-    from trsim.scenario import load_scenario
-
-    return load_scenario(path).baseline
+def refuse_fixed_concurrency(config: Any, where: Path | None = None) -> None:
+    """A ConfigError for ``-N`` where the scenario (at ``where``, named in the message) sets the concurrency: an
+    open loop, or phases."""
+    named = f"{where}: " if where is not None else ""
+    if config.workload.arrival != "closed":
+        arrival = config.workload.arrival
+        raise ConfigError("--concurrency", f"{named}a {arrival} workload has no concurrency (its rate sets it)")
+    if any(p.concurrency is not None for p in config.phases):
+        raise ConfigError("--concurrency", f"{named}the scenario's phases set the concurrency; change them there")
 
 
 def check_sweepable(path: Path | None, spec: Any, config: Any, concurrency_given: bool) -> None:
@@ -24,9 +28,8 @@ def check_sweepable(path: Path | None, spec: Any, config: Any, concurrency_given
         raise ConfigError(
             "--scenario", f"{path}: the {spec.baseline} baseline sets its own thresholds; a sweep varies them"
         )
-    fixed = config.workload.arrival != "closed" or any(p.concurrency is not None for p in config.phases)
-    if fixed and concurrency_given:
-        raise ConfigError("--concurrency", f"{path}: its phases or its {config.workload.arrival} arrivals set it")
+    if concurrency_given:
+        refuse_fixed_concurrency(config, path)
 
 
 def run_limits(spec: Any, tokens: int | None, warmup_tokens: int | None) -> tuple[int | None, float | None, int]:
