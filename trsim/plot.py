@@ -31,15 +31,16 @@ def plot_sweep(rows: Sequence[Mapping[str, Any]], path: str | Path, title: str =
 def _panel(ax: Any, scenario: str, rows: Sequence[Mapping[str, Any]]) -> None:
     vectors = sorted({tuple(r["thresholds"]) for r in rows})
     position = {v: k for k, v in enumerate(vectors)}
-    by_n: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
+    by_n: dict[int | None, list[Mapping[str, Any]]] = defaultdict(list)
     for row in rows:
         by_n[row["concurrency"]].append(row)
-    for n, nrows in sorted(by_n.items()):
+    for n, nrows in sorted(by_n.items(), key=lambda item: item[0] or 0):
+        label = f"N={n}" if n is not None else "scenario's N"
         nrows = sorted(nrows, key=lambda r: position[tuple(r["thresholds"])])
         xs = [position[tuple(r["thresholds"])] for r in nrows]
-        line = ax.plot(xs, [r["throughput_tok_s"] for r in nrows], marker=".", label=f"N={n} sim")[0]
+        line = ax.plot(xs, [r["throughput_tok_s"] for r in nrows], marker=".", label=f"{label} sim")[0]
         if all(r.get("model_tok_s") is not None for r in nrows):
-            ax.plot(xs, [r["model_tok_s"] for r in nrows], "--", color=line.get_color(), label=f"N={n} model")
+            ax.plot(xs, [r["model_tok_s"] for r in nrows], "--", color=line.get_color(), label=f"{label} model")
         best = max(nrows, key=lambda r: r["throughput_tok_s"])
         ax.plot([position[tuple(best["thresholds"])]], [best["throughput_tok_s"]], "*", ms=14, color=line.get_color())
     step = max(1, len(vectors) // 30)

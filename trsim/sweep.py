@@ -19,8 +19,25 @@ class SweepPoint:
     """One run of the grid."""
 
     scenario: str
-    concurrency: int
+    concurrency: int | None  # None: the scenario sets it (an open loop, or phases with their own)
     thresholds: tuple[int, ...]
+
+
+def concurrency_set_by_scenario(config: SimConfig) -> bool:
+    """Whether ``config``'s concurrency comes from its scenario: an open loop, or phases that set their own."""
+    return config.workload.arrival != "closed" or any(p.concurrency is not None for p in config.phases)
+
+
+def _feasibility_bound(config: SimConfig, n: int) -> int:
+    """The concurrency the thresholds must not deadlock at: ``n``, or where phases set it the smallest of theirs
+    (an open loop keeps ``n``: arrivals do not wait on a full batch of the active requests)."""
+    if config.workload.arrival != "closed" or not config.phases:
+        return n
+    in_force, seen = config.workload.concurrency, []
+    for phase in config.phases:  # a phase without one keeps the concurrency in force
+        in_force = phase.concurrency or in_force
+        seen.append(in_force)
+    return min(seen)
 
 
 def feasible_thresholds(num_models: int, concurrency: int) -> list[tuple[int, ...]]:
@@ -35,18 +52,21 @@ def grid(
     configs: Mapping[str, SimConfig], concurrencies: Sequence[int], thresholds: Sequence[tuple[int, ...]] | None
 ) -> list[SweepPoint]:
     """The points of a sweep; ``thresholds=None`` takes every feasible vector at each concurrency.
-    Explicit vectors infeasible at some concurrency are skipped there."""
+    Explicit vectors infeasible at some concurrency are skipped there. A scenario that sets its own concurrency
+    runs once per vector (its points' concurrency is ``None``), its vectors feasible at its smallest phase's."""
     points = []
     for name, config in configs.items():
-        for n in concurrencies:
-            vectors = feasible_thresholds(config.num_models, n) if thresholds is None else thresholds
+        own = concurrency_set_by_scenario(config)
+        for n in [max(concurrencies)] if own else concurrencies:
+            bound = _feasibility_bound(config, n)
+            vectors = feasible_thresholds(config.num_models, bound) if thresholds is None else thresholds
             for b in vectors:
                 if len(b) != config.num_models:
                     raise ConfigError(
                         "thresholds", f"{b} has {len(b)} values; scenario {name!r} has {config.num_models} models"
                     )
-                if sum(x - 1 for x in b) < n:
-                    points.append(SweepPoint(name, n, tuple(b)))
+                if sum(x - 1 for x in b) < bound:
+                    points.append(SweepPoint(name, None if own else n, tuple(b)))
     if not points:
         raise ConfigError("thresholds", "no feasible threshold vector at the given concurrencies")
     return points
@@ -54,7 +74,9 @@ def grid(
 
 def run_point(config: SimConfig, point: SweepPoint, tokens: int, warmup_tokens: int = 0) -> dict[str, Any]:
     """Simulate one point; returns a flat JSON-ready row."""
-    cfg = config.with_concurrency(point.concurrency).with_thresholds(point.thresholds)
+    if point.concurrency is not None:
+        config = config.with_concurrency(point.concurrency)
+    cfg = config.with_thresholds(point.thresholds)
     result = simulate(cfg, tokens=tokens, warmup_tokens=warmup_tokens)
     row = asdict(point)
     row["thresholds"] = list(point.thresholds)
@@ -80,9 +102,9 @@ def run_sweep(
     return run_jobs(runner or LocalRunner(jobs), run_point, tasks, on_done)
 
 
-def best_thresholds(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, int], tuple[int, ...]]:
+def best_thresholds(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, int | None], tuple[int, ...]]:
     """Per (scenario, concurrency): the thresholds with the highest simulated throughput (B*)."""
-    best: dict[tuple[str, int], Mapping[str, Any]] = {}
+    best: dict[tuple[str, int | None], Mapping[str, Any]] = {}
     for row in rows:
         key = (row["scenario"], row["concurrency"])
         if key not in best or row["throughput_tok_s"] > best[key]["throughput_tok_s"]:

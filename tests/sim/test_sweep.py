@@ -34,3 +34,19 @@ def test_parallel_sweep_equals_serial_sweep(r2r, tmp_path):
     assert best == tuple(max(serial, key=lambda r: r["throughput_tok_s"])["thresholds"])
     plot_sweep(serial, tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_a_scenario_that_sets_its_concurrency_runs_once_per_vector_at_its_own(r2r):
+    from dataclasses import replace
+
+    from trsim.phases import Phase
+
+    phased = replace(r2r(), phases=(Phase(1.0, concurrency=6), Phase(1.0), Phase(1.0, concurrency=3)))
+    points = grid({"phased": phased, "flags": r2r()}, [4], None)
+    own = [p for p in points if p.scenario == "phased"]
+    assert {p.concurrency for p in own} == {None}
+    assert [p.thresholds for p in own] == feasible_thresholds(2, 3)  # bound by the smallest phase's N = 3
+    assert {p.concurrency for p in points if p.scenario == "flags"} == {4}
+    row = run_sweep({"phased": phased}, own[:1], tokens=600)[0]
+    assert row["concurrency"] is None and row["throughput_tok_s"] > 0
+    assert best_thresholds([row]) == {("phased", None): own[0].thresholds}

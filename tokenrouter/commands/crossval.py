@@ -86,7 +86,6 @@ def crossval(
 
     if length_scale is not None and lengths is None:  # before anything loads: it would scale nothing
         raise ConfigError("--length-scale", "scales --lengths; give --lengths too")
-    concurrencies, rates = _loads(concurrency, rate, arrival_seed, opt)
     cfg = _load(config, None, None)
     choices = [
         _router(name.strip(), opt, markov_p, markov_c, (tau, tau_back), seed)
@@ -103,6 +102,7 @@ def crossval(
             raise ConfigError(key, f"must be >= 1, got {value}")
     for key, fvalue in {"--measure-s": measure_s, "--sim-s": sim_s, "--drift-tolerance": drift_tolerance}.items():
         opt.check_positive(fvalue, key)
+    concurrencies, rates = _loads(concurrency, rate, arrival_seed, measure_s, opt)
     if lengths is not None and workload is not None:
         raise ConfigError("--lengths", "give --lengths or --workload, not both")
     preset = Lengths(lengths, 1.0 if length_scale is None else length_scale) if lengths is not None else None
@@ -155,7 +155,7 @@ def crossval(
 
 
 def _loads(
-    concurrency: str | None, rate: str | None, arrival_seed: int | None, opt: Any
+    concurrency: str | None, rate: str | None, arrival_seed: int | None, measure_s: float, opt: Any
 ) -> tuple[list[int], tuple[float, ...]]:
     """The closed-loop concurrencies and the open-loop rates the options ask for (one kind, not both)."""
     from trcore.errors import ConfigError
@@ -163,7 +163,7 @@ def _loads(
 
     if concurrency is not None and rate is not None:
         raise ConfigError("--rate", "sets the open loop; --concurrency the closed loop: give one of them")
-    if rates := rate_options(rate, arrival_seed):
+    if rates := rate_options(rate, arrival_seed, measure_s):
         return [], rates
     return opt.parse_ints("1,2,4,8" if concurrency is None else concurrency, "--concurrency"), ()
 

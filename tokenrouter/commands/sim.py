@@ -240,8 +240,9 @@ def sweep(
     result = {"points": rows, "tokens_per_run": tokens, "runner": runner.describe()}
     (out / "sweep.json").write_text(json.dumps(result, indent=1) + "\n")
     plot_sweep(rows, out / "sweep.png")
-    for (name, n), best in sorted(best_thresholds(rows).items()):
-        typer.echo(f"{name} N={n}: best thresholds {','.join(map(str, best))}")
+    for (name, n), best in sorted(best_thresholds(rows).items(), key=lambda item: (item[0][0], item[0][1] or 0)):
+        at = f"N={n}" if n is not None else "the scenario's concurrency"
+        typer.echo(f"{name} {at}: best thresholds {','.join(map(str, best))}")
     typer.echo(f"wrote {out / 'sweep.json'} and {out / 'sweep.png'}")
 
 

@@ -78,12 +78,17 @@ def load_trace(path: Path, warmup_s: float, window_s: float) -> Arrivals:
     return trace
 
 
-def rate_options(rate: str | None, seed: int | None) -> tuple[float, ...]:
+def rate_options(rate: str | None, seed: int | None, window_s: float) -> tuple[float, ...]:
     """``--rate`` and ``--arrival-seed`` (bench and crossval): the rates, none without ``--rate``; a seed without
-    rates is refused."""
+    rates is refused, and so is a rate that expects less than one arrival in the measured ``window_s``."""
     if seed is not None and rate is None:
         raise ConfigError("--arrival-seed", "seeds the Poisson arrivals of --rate; give --rate too")
-    return parse_rates(rate) if rate is not None else ()
+    rates = parse_rates(rate) if rate is not None else ()
+    for r in rates:
+        if r * window_s < 1:
+            raise ConfigError("--rate", f"{r:g} requests/s expects {r * window_s:.2g} arrivals in the {window_s:g} s "
+                              f"measured window; give at least {1 / window_s:.3g}")  # fmt: skip
+    return rates
 
 
 def open_load(rate: str | None, arrivals: Path | None, seed: int | None, warmup_s: float,
@@ -91,7 +96,7 @@ def open_load(rate: str | None, arrivals: Path | None, seed: int | None, warmup_
     """The bench's open-loop load from its options, or None for the closed loop (neither option given)."""
     if rate is not None and arrivals is not None:
         raise ConfigError("--arrivals", "replays a trace; --rate draws Poisson arrivals: give one of them")
-    if rates := rate_options(rate, seed):
+    if rates := rate_options(rate, seed, window_s):
         return OpenLoad(rates=rates, seed=0 if seed is None else seed)
     if arrivals is not None:
         return OpenLoad(trace=load_trace(arrivals, warmup_s, window_s))

@@ -45,11 +45,13 @@ class Metrics:
             "tokenrouter_kv_blocks", "KV blocks by the core's accounting: total, used, parked, free",
             ["model", "kind"], registry=reg,
         )  # fmt: skip
-        self.kv_events = Gauge(
-            "tokenrouter_kv_events_total",
-            "Since the subserver started: spilled sessions, preempted requests, recomputed tokens, admission waits",
+        self.kv_events = Counter(
+            "tokenrouter_kv_events",
+            "Since the server started: spilled sessions, preempted requests, recomputed tokens, admission waits",
             ["model", "event"], registry=reg,
         )  # fmt: skip
+        #: Each subserver's own count at its last report: its counters restart with the process, this one does not.
+        self._kv_events_seen: dict[tuple[str, str], int] = {}
         self.kv_waiting = Gauge(
             "tokenrouter_kv_waiting_admission", "New requests the model's core keeps waiting for KV now",
             ["model"], registry=reg,
@@ -170,8 +172,19 @@ class Metrics:
                             ("free", total - used)):  # fmt: skip
             self.kv_blocks.labels(model, kind).set(value)
         for event in MEMORY_EVENTS:
-            self.kv_events.labels(model, event).set(memory[event])
+            self._count_kv_event(model, event, memory[event])
         self.kv_waiting.labels(model).set(memory.get("waiting_admission", 0))
+
+    def _count_kv_event(self, model: str, event: str, count: int) -> None:
+        """Advance the counter by what ``model``'s subserver counted since its last report; a count lower than the
+        last one means the subserver restarted (a crash resume), and all of it is new."""
+        seen = self._kv_events_seen.get((model, event), 0)
+        new = count if count < seen else count - seen
+        self._kv_events_seen[(model, event)] = count
+        if new:
+            self.kv_events.labels(model, event).inc(new)
+        else:
+            self.kv_events.labels(model, event)  # the series exists (at 0) from the first report
 
     def observe_emulation(self, model: str, report: StepReport) -> None:
         """An emulated step: the latency it was given, how much longer it took, and its wait's CPU."""

@@ -21,7 +21,7 @@ from tokenrouter.commands.bench import bench
 from trcore import ConfigError
 from trserve.bench.arrivals import Arrivals, poisson, read_trace
 from trserve.bench.client import Workload
-from trserve.bench.open_load import OpenLoad, load_trace, parse_rates
+from trserve.bench.open_load import OpenLoad, load_trace, parse_rates, rate_options
 from trserve.bench.open_predict import policies, ratios, sim_at_arrivals
 
 
@@ -63,6 +63,13 @@ def test_bad_rates_name_the_option(text: str, message: str) -> None:
     assert line.startswith("error: --rate: ") and message in line
     with pytest.raises(ConfigError, match=message):
         parse_rates(text)
+
+
+def test_a_rate_with_no_arrival_to_expect_in_the_window_is_refused() -> None:
+    line = refused(["--rate", "5,1e-9"])  # the default window: 4 s
+    assert line.startswith("error: --rate: 1e-09 requests/s expects 4e-09 arrivals in the 4 s measured window")
+    assert refused(["--rate", "0.2", "--window-s", "4"]).startswith("error: --rate: 0.2 requests/s")
+    assert rate_options("0.25", None, 4.0) == (0.25,)
 
 
 @pytest.mark.parametrize(

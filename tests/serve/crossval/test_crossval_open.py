@@ -41,7 +41,8 @@ EMULATED = "configs/emulated-r2r-a100.yaml"
     ("args", "message"),
     [(["-n", "2", "--rate", "5"], "--rate: sets the open loop; --concurrency the closed loop"),
      (["--rate", "0"], "--rate: must be finite and > 0"), (["--rate", "fast"], "--rate: must be comma-separated"),
-     (["--rate", "5,inf"], "--rate: must be finite"), (["--arrival-seed", "3"], "--arrival-seed: seeds the Poisson")],
+     (["--rate", "5,inf"], "--rate: must be finite"), (["--arrival-seed", "3"], "--arrival-seed: seeds the Poisson"),
+     (["--rate", "1e-9"], "--rate: 1e-09 requests/s expects 1.2e-08 arrivals in the 12 s measured window")],
 )  # fmt: skip
 def test_bad_open_loop_options_are_one_line_exit_2(args, message):
     result = runner.invoke(app, ["--config", EMULATED, *args])
