@@ -228,6 +228,7 @@ class KVMemory:
             for r in reversed(launch.ready)
             if r is not req and id(r) not in taken and self.ledger.holds(r.spec.request_id)
         ]
+        waiting = [s for s in waiting if self.policy.may_preempt(s)]
         victims = self._cover(req.spec.request_id, target, [*self._parked_ranked(launch), *waiting])
         if victims is None:
             return False
@@ -263,11 +264,14 @@ class KVMemory:
     def _session(self, req: Request, launch: _Launch) -> ParkedSession:
         rid = req.spec.request_id
         since, location, _ = self._parked.get(rid, (launch.now, launch.model, 0))
+        num_blocks = self.ledger.blocks_of(rid)
+        worst = self.ledger.budget.blocks_for(req.spec.num_prompt_tokens + req.spec.max_tokens)
         return ParkedSession(
             request_id=rid,
-            num_blocks=self.ledger.blocks_of(rid),
+            num_blocks=num_blocks,
             num_tokens=req.anchors[launch.model],
             parked_since=since,
             location=location,
             num_remaining=req.spec.max_tokens - req.num_output_tokens,
+            holds_worst_case=num_blocks >= worst,
         )

@@ -18,7 +18,10 @@ blocks; if it comes back, its context is recomputed (one extend step). Three pol
 * ``admission-limit``: never spill; a request is admitted on a model only once its whole worst-case footprint
   (prompt + max_tokens) is reserved there, so running requests never run out. A request whose worst case exceeds
   the whole cache reserves only what it holds (it could never be admitted otherwise); it may then preempt and be
-  preempted like any request, and fails only if it outgrows the cache.
+  preempted by another such request, its parked sessions are spilled (oldest first) when a step needs their blocks
+  (two such requests parked on each other's model would otherwise wait for each other forever), and it fails only
+  if it outgrows the cache. What holds a worst case is never taken: each request keeps its KV on every model it
+  entered, so it always runs again where it is, and no set of requests waits on each other.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ class ParkedSession:
     parked_since: float
     location: int  #: the model continuing it now
     num_remaining: int  #: output tokens it may still write
+    holds_worst_case: bool = False  #: its blocks cover its worst case (prompt + max_tokens): admission-limit's
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,10 @@ class SpillPolicy:
     def order(self, sessions: Sequence[ParkedSession], model: int) -> list[ParkedSession]:
         return sorted(sessions, key=lambda s: s.parked_since)
 
+    def may_preempt(self, session: ParkedSession) -> bool:
+        """Whether a waiting request's KV (``session``) may be taken for a request under way that needs room."""
+        return True
+
     def may_admit_by_spilling(
         self, victims: Sequence[ParkedSession], model: int, request: Request, batch_size: int
     ) -> bool:
@@ -100,13 +108,17 @@ class LRUSpill(SpillPolicy):
 
 
 class AdmissionLimit(SpillPolicy):
-    """Never spill; reserve each request's worst case on arrival."""
+    """Reserve each request's worst case on arrival and never spill what is reserved; only the sessions of requests
+    larger than the cache (which reserve what they hold) are spilled, oldest first."""
 
     name = "admission-limit"
     reserves_worst_case = True
 
     def order(self, sessions: Sequence[ParkedSession], model: int) -> list[ParkedSession]:
-        return []
+        return super().order([s for s in sessions if not s.holds_worst_case], model)
+
+    def may_preempt(self, session: ParkedSession) -> bool:
+        return not session.holds_worst_case
 
 
 class CostSpill(SpillPolicy):

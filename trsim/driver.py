@@ -171,11 +171,9 @@ class Simulation(MemoryDriving, ThresholdDriving, ResultReporting):
     def _check_drained(self) -> None:
         if self.num_active:
             waiting = {m: s.num_ready for m, s in enumerate(self.subservers) if s.num_ready}
-            raise InfeasibleError(
-                "thresholds",
-                f"the simulation deadlocked: {self.num_active} active requests, ready per model {waiting}, "
-                f"thresholds {list(self.config.thresholds)} never reached (lower them or set max_wait_ms)",
-            )
+            raise self._memory_deadlock(waiting) or InfeasibleError("thresholds", f"the simulation deadlocked: "
+                f"{self.num_active} active requests, ready per model {waiting}, thresholds "
+                f"{list(self.config.thresholds)} never reached (lower them or set max_wait_ms)")  # fmt: skip
 
     # -- one model ------------------------------------------------------------------------------------
     def _model_process(self, p: int) -> Generator[Event, Any, None]:

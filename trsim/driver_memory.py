@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from trcore import KVMemory, PeerReq, Subserver
-from trcore.errors import ConfigError
+from trcore.errors import ConfigError, InfeasibleError
 from trsim.clock import TICKS_PER_S
 from trsim.kv import KVRecorder, build_memory
 
@@ -37,6 +37,15 @@ class MemoryDriving:
 
     def _stop(self) -> None:
         raise NotImplementedError
+
+    def _memory_deadlock(self, ready: dict[int, int]) -> InfeasibleError | None:
+        """At a deadlock: the error naming memory when a model held enough ready requests for its threshold
+        (``ready``: per model) and KV is counted, so the blocks, not the thresholds, kept them waiting."""
+        thresholds = list(self.config.thresholds)
+        if self.kv is None or all(n < thresholds[m] for m, n in ready.items()):
+            return None
+        return InfeasibleError("memory", f"the simulation deadlocked: ready per model {ready}, every one waiting for "
+                               "KV blocks that no policy frees")  # fmt: skip
 
     def _end(self, message: PeerReq, now: float) -> None:
         raise NotImplementedError
