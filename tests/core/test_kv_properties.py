@@ -16,6 +16,7 @@ case exceeds the cache are ever spilled (two such requests parked on each other'
 forever: the two regression tests at the end).
 """
 
+import pytest
 from hypothesis import given, settings, target
 from hypothesis import strategies as st
 
