@@ -45,6 +45,7 @@ from trserve.runtime.reports import (
     failure_report,
     finished_message,
     memory_fields,
+    queued_ids,
     rss_bytes,
     unservable_failures,
 )
@@ -136,14 +137,21 @@ class LockstepDriver:
             elif isinstance(msg, Abort):
                 self._forget(msg.request_id)
             elif isinstance(msg, Probe):
-                resident = len({rid for sub in self.subs for rid in sub.requests})
-                ready = sum(sub.num_ready for sub in self.subs)
-                state = State(-1, msg.token, os.getpid(), resident, ready, 0.0, rss_bytes(), self.num_steps)
-                self.mailbox.send(FRONTEND, state)
+                self.mailbox.send(FRONTEND, self._state(msg.token))
             elif isinstance(msg, Rewire):
                 self.mailbox.rewire(msg.model, msg.address)
             elif isinstance(msg, Shutdown):
                 self.is_stopping = True
+
+    def _state(self, token: int) -> State:
+        """The answer to a probe: the requests held, those ready, and each model's KV accounting."""
+        subs = self.subs
+        resident = len({rid for sub in subs for rid in sub.requests})
+        queued = tuple(rid for sub in subs for rid in queued_ids(sub))
+        memory = {sub.model: memory_fields(sub.memory) for sub in subs if sub.memory is not None}
+        ready = sum(sub.num_ready for sub in subs)
+        return State(-1, token, os.getpid(), resident, ready, 0.0, rss_bytes(), self.num_steps, queued=queued,
+                     memory_by_model=memory)  # fmt: skip
 
     def _forget(self, request_id: str) -> None:
         for m, sub in enumerate(self.subs):

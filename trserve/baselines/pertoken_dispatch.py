@@ -67,7 +67,9 @@ class Dispatcher:
         elif isinstance(msg, Abort):
             self.flights.pop(msg.request_id, None)  # the engines drop it too (the front end tells everyone)
         elif isinstance(msg, Probe):
-            state = State(-1, msg.token, os.getpid(), len(self.flights), 0, 0.0, rss_bytes(), self.num_tokens)
+            # every flight is at an engine, in its queue or stepping: waiting its turn, not lost
+            state = State(-1, msg.token, os.getpid(), len(self.flights), 0, 0.0, rss_bytes(), self.num_tokens,
+                          queued=tuple(self.flights))  # fmt: skip
             self.mailbox.send(FRONTEND, state)
         elif isinstance(msg, Rewire):
             self.mailbox.rewire(msg.model, msg.address)

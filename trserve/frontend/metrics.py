@@ -196,7 +196,9 @@ class Metrics:
     def observe_states(self, states: list[State]) -> None:
         """Refresh the per-model gauges from probe answers."""
         for state in states:
-            if state.model < 0:  # a driver or dispatcher process, not a model
+            if state.model < 0:  # a driver or dispatcher process, not a model; lockstep's holds the models' KV
+                for model_index, memory in state.memory_by_model.items():
+                    self.observe_memory(self.name(model_index, 0), memory)
                 continue
             model = self.name(state.model, state.replica)
             self.queue_length.labels(model).set(state.num_ready)

@@ -26,13 +26,15 @@ log = logging.getLogger(__name__)
 class Recovery:
     """Model deaths, restarts and stalls for one front end (driven by the launcher, which sees the processes).
 
-    ``stall_timeout_s``: fail a dispatched request that no step moved for this long while every model is up
-    (HTTP 504; None: never)."""
+    ``stall_timeout_s``: fail a dispatched request that no step moved for this long while every model is up and
+    that no model holds ready (HTTP 504; None: never)."""
 
     def __init__(self, frontend: FrontEnd, metrics: Metrics, stall_timeout_s: float | None) -> None:
         self.frontend = frontend
         self.metrics = metrics
         self.stall_timeout_s = stall_timeout_s
+        self._steps_seen = -1  # the models' steps, all together, at the last probe
+        self._moved_at = time.monotonic()  # when a probe last found that number changed
 
     def model_down(self, proc: int, why: str, *, restarting: bool) -> None:
         """Process ``proc`` died. While it restarts, every dispatched request it may hold is suspended (with
@@ -88,16 +90,39 @@ class Recovery:
         while True:
             timeout = self.stall_timeout_s
             await asyncio.sleep(min(1.0, timeout / 4) if timeout else 1.0)
-            self.check_stalls(time.monotonic())
+            if self.stale(time.monotonic()):
+                queued, num_steps = await self.queued_ids()
+                self.check_stalls(time.monotonic(), queued, num_steps)
 
-    def check_stalls(self, now: float) -> None:
-        """Fail (HTTP 504) every dispatched request no step moved for ``stall_timeout_s`` while all models were up
-        (a lost message or a wedged model must not hold a client forever)."""
+    def stale(self, now: float) -> list[Generation]:
+        """The dispatched requests no step moved for ``stall_timeout_s`` while every model was up."""
         fe, timeout = self.frontend, self.stall_timeout_s
         if timeout is None or fe.down:
-            return
-        for gen in list(fe.generations.values()):
-            if gen.is_dispatched and now - gen.last_progress > timeout:
-                log.error("front end: request %s made no progress for %g s; failing it", gen.request_id, timeout)
-                self.metrics.stalled.inc()
-                fe.fail(gen, Failure(504, f"the request made no progress for {timeout:g} s (server.stall_timeout_s)"))
+            return []
+        return [gen for gen in fe.generations.values() if gen.is_dispatched and now - gen.last_progress > timeout]
+
+    async def queued_ids(self) -> tuple[frozenset[str], int]:
+        """The requests the models that answer a probe hold ready to step (a wedged model answers none), and the
+        steps they have made."""
+        timeout = self.stall_timeout_s or 5.0
+        states = await self.frontend.probe(timeout_s=min(5.0, timeout / 2))
+        return frozenset(rid for state in states for rid in state.queued), sum(s.num_steps for s in states)
+
+    def check_stalls(self, now: float, queued: frozenset[str] = frozenset(), num_steps: int = -1) -> None:
+        """Fail (HTTP 504) every request no step moved for ``stall_timeout_s`` while all models were up (a lost
+        message or a wedged model must not hold a client forever), unless a live model holds it ready (``queued``)
+        and some model stepped within the timeout (``num_steps``, all models' steps, changed): then it waits its
+        turn, for a batch or for KV memory that others' steps will free, as it would in vLLM."""
+        timeout = self.stall_timeout_s
+        if num_steps != self._steps_seen:
+            self._steps_seen, self._moved_at = num_steps, now
+        system_moves = timeout is not None and now - self._moved_at <= timeout
+        for gen in self.stale(now):
+            if gen.request_id in queued and system_moves:
+                gen.last_progress = now
+                continue
+            log.error("front end: request %s made no progress for %g s; failing it", gen.request_id, timeout)
+            self.metrics.stalled.inc()
+            self.frontend.fail(
+                gen, Failure(504, f"the request made no progress for {timeout:g} s (server.stall_timeout_s)")
+            )

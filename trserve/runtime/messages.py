@@ -169,6 +169,11 @@ class State:
     memory: dict[str, int] = field(default_factory=dict)
     #: Its batching policy's threshold in force (before the clamp by active count; 0: no policy).
     threshold: int = 0
+    #: The requests it holds ready to step (queued for a batch or for KV memory): the stall watchdog's evidence
+    #: that a request no step has moved for a while is waiting its turn, not lost.
+    queued: tuple[str, ...] = ()
+    #: A driver holding several models' schedulers (``lockstep``): each model's KV accounting, as ``memory``.
+    memory_by_model: dict[int, dict[str, int]] = field(default_factory=dict)
 
 
 # -- baselines: a driver process talking to engine-only worker processes ---------------------------------------

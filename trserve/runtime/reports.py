@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trcore import CLIENT, Batch, KVMemory, PeerReq, Request, StepResult, Subserver
+from trcore.request import RequestStatus
 from trserve.engine.types import Engine, TokenOut
 from trserve.runtime.messages import Failed, Finished, Handoffs, Route, State, StepReport
 
@@ -131,7 +132,13 @@ def loop_state(
         replica=replica,
         memory=memory_fields(sub.memory),
         threshold=sub.policy.threshold,
+        queued=queued_ids(sub),
     )
+
+
+def queued_ids(sub: Subserver) -> tuple[str, ...]:
+    """The requests ``sub`` holds that are not parked while another model continues them."""
+    return tuple(rid for rid, req in sub.requests.items() if req.status is not RequestStatus.PENDING)
 
 
 def step_report(outcome: dict[str, Any], counts: dict[str, Any], stats: LoopStats) -> StepReport:

@@ -108,6 +108,26 @@ def test_watchdog_fails_a_stalled_request_with_504_only_while_models_are_up(tmp_
     asyncio.run(scenario())
 
 
+def test_watchdog_spares_a_request_a_model_holds_ready_while_the_models_step(tmp_path):
+    async def scenario() -> None:
+        b = Bench(tmp_path)
+        queued, lost = b.submit("q", [1, 2, 3]), b.submit("l", [4, 5])
+        start = max(queued.last_progress, lost.last_progress)
+        b.recovery.check_stalls(start + 6.0, frozenset({"q"}), num_steps=10)  # waiting for a batch or for KV
+        assert not drain(queued) and queued.last_progress == start + 6.0
+        [(kind, failure)] = drain(lost)  # held ready nowhere: a lost message
+        assert kind == "error" and failure.status == 504
+        b.recovery.check_stalls(start + 10.0, frozenset({"q"}), num_steps=12)  # the models stepped meanwhile
+        assert not drain(queued)
+        b.recovery.check_stalls(start + 16.5, frozenset({"q"}), num_steps=12)  # no step anywhere for 6.5 s
+        [(kind, failure)] = drain(queued)
+        assert kind == "error" and failure.status == 504
+        assert "tokenrouter_requests_stalled_total 2.0" in b.metrics.render().decode()
+        b.close()
+
+    asyncio.run(scenario())
+
+
 def test_restart_suspends_then_resumes_where_the_request_was(tmp_path):
     async def scenario() -> None:
         b = Bench(tmp_path)

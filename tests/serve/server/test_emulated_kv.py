@@ -87,6 +87,8 @@ def test_tight_pools_serve_the_reference_tokens_and_free_everything(tight: tuple
     if policy.startswith("lockstep/"):  # one driver holds both models' accounting: its reports are the record
         assert all(w["num_resident"] == 0 for w in state["workers"]), state["workers"]  # the engines' pools
         assert metrics["large", "spilled"] + metrics["large", "preempted"] > 0, metrics
+        fresh = kv_metrics(url)  # the driver's probe answer carries its models' accounting: blocks read free
+        assert [fresh[m, kind] for m in ("small", "large") for kind in ("used", "parked")] == [0, 0, 0, 0], fresh
         return
     memory = [w["memory"] for w in state["workers"]]
     assert [m["blocks_total"] for m in memory] == [8, 10]
