@@ -22,7 +22,7 @@ from trserve.frontend.errors import APIError
 class ThresholdsBody(BaseModel):
     """``PUT /admin/thresholds``: one threshold per model, in the config's model order."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # ``true`` or ``"3"`` is not a threshold
     thresholds: list[int]
 
 

@@ -1,17 +1,19 @@
 """Request bodies of the OpenAI-compatible API, validated by pydantic: every field is honoured or refused.
 
-Unknown fields are refused (``extra="forbid"``). Fields of the OpenAI APIs this server does not implement are
-declared so that their neutral value (``n: 1``, ``echo: false``, ``tools: []``...) is accepted and anything else
-is refused with a 400 naming the field. ``user``, ``metadata``, ``safety_identifier`` and ``prompt_cache_key``
-identify the caller and change no output; they are accepted. docs/serving.md lists which field is which.
-Checks that need the served models (vocabulary, context limits) are in :mod:`trserve.frontend.admission`.
+Unknown fields are refused (``extra="forbid"``), and so are values of another type (``strict``: ``"max_tokens":
+true`` or ``3.0``, ``"stream": "yes"``); ``null`` on a field with a default means that default. Fields of the
+OpenAI APIs this server does not implement are declared so that their neutral value (``n: 1``, ``echo: false``,
+``tools: []``...) is accepted and anything else is refused with a 400 naming the field. ``user``, ``metadata``,
+``safety_identifier`` and ``prompt_cache_key`` identify the caller and change no output; they are accepted.
+docs/serving.md lists which field is which. Checks that need the served models (vocabulary, context limits) are
+in :mod:`trserve.frontend.admission`.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 #: Non-negative int64: vLLM reads ``seed=-1`` as "no seed", so negative seeds are refused rather than half-honoured.
 SEED_RANGE = (0, (1 << 63) - 1)
@@ -55,14 +57,14 @@ Bias = Annotated[float, Field(ge=-100.0, le=100.0)]
 class StreamOptions(BaseModel):
     """``stream_options``: only ``include_usage`` (a last chunk with the token counts)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     include_usage: bool = False
 
 
 class SamplingFields(BaseModel):
     """Fields shared by completions and chat completions."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     model: str
     max_tokens: int | None = Field(None, ge=1)
@@ -82,7 +84,7 @@ class SamplingFields(BaseModel):
     routing_extra: dict[str, Any] | None = None
     return_token_ids: bool = False
     #: The model that committed each output token, in the answer (strict: ``"yes"`` or ``1`` is refused).
-    return_provenance: StrictBool = False
+    return_provenance: bool = False
     # Accepted, no effect on the output (they identify the caller)
     user: str | None = None
     metadata: dict[str, Any] | None = None
@@ -107,10 +109,19 @@ class SamplingFields(BaseModel):
             raise ValueError(f"not supported by this server (got {value!r}); see docs/serving.md")
         return value
 
+    @field_validator("max_tokens", "temperature", "top_p", "stream", "min_tokens", "ignore_eos", "return_token_ids",
+                     "return_provenance", mode="before")  # fmt: skip
+    @classmethod
+    def _null_is_the_default(cls, value: Any, info: ValidationInfo) -> Any:
+        """``null`` (some clients send every field) means the field's default, as in OpenAI's and vLLM's APIs."""
+        return cls.model_fields[info.field_name or ""].default if value is None else value
+
     @field_validator("stop")
     @classmethod
     def _few_stops(cls, value: str | list[str] | None) -> str | list[str] | None:
         stops = [value] if isinstance(value, str) else value or []
+        if any(s == "" for s in stops):
+            raise ValueError("a stop string must not be empty (it would stop nothing)")
         if len(stops) > MAX_STOP_STRINGS:
             raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings")
         if any(len(s) > MAX_STOP_CHARS for s in stops):
@@ -173,7 +184,7 @@ class CompletionRequest(SamplingFields):
 class ChatMessage(BaseModel):
     """One chat message: a role and text content (a string or text parts)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     role: Literal["system", "user", "assistant", "developer", "tool"]
     content: str | list[dict[str, Any]]

@@ -82,6 +82,9 @@ def test_stop_string_cuts_the_answer(server: Served):
         ({"model": MODEL, "prompt": "hi", "max_tokens": MAX_MODEL_LEN}, "context limit"),
         ({"model": MODEL, "prompt": "hi", "n": 2}, "n"),
         ({"model": MODEL}, "prompt"),
+        ({"model": MODEL, "prompt": "hi", "max_tokens": True}, "max_tokens"),
+        ({"model": MODEL, "prompt": "hi", "stream": "yes"}, "stream"),
+        ({"model": MODEL, "prompt": "hi", "stop": [""]}, "stop"),
     ],
 )
 def test_bad_requests_get_400_and_the_server_keeps_serving(server: Served, body, words):
