@@ -10,6 +10,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help texts are plain: "[the pair's]" is a default, not a rich markup tag
 )
 
 

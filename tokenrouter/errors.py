@@ -45,7 +45,7 @@ def cli_errors(fn: F) -> F:
             fail(str(exc))
         except json.JSONDecodeError as exc:
             fail(f"invalid JSON: {exc.msg} at position {exc.pos}")
-        except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError, FileExistsError) as exc:
             fail(f"{exc.filename}: {exc.strerror}")
         except Exception as exc:
             if type(exc).__name__ == "ValidationError" and hasattr(exc, "errors"):

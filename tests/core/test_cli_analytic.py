@@ -114,6 +114,9 @@ def test_throughput_table():
         (["--thresholds", "9,9"], "--thresholds"),
         (["--thresholds", "1,1,1"], "--thresholds"),
         (["--max-batch", "4"], "--max-batch"),
+        (["--thresholds", "8,8", "--max-batch", "4,4"], "--thresholds"),
+        (["--latency-ms", "6.0,1e308"], "--latency-ms"),
+        (["--latency-ms", "6.0,1e12"], "--latency-ms"),
     ],
 )
 def test_throughput_bad_input_exits_2_with_one_line(args, field):

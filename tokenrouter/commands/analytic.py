@@ -20,6 +20,7 @@ from tokenrouter.commands.analytic_view import optimize_dict, print_optimize, pr
 from tokenrouter.errors import cli_errors
 from trcore.errors import ConfigError, NotIrreducibleError
 from trcore.routers import validate_keep_matrix
+from trcore.throughput.spec import MAX_QUANTA
 
 if TYPE_CHECKING:
     from trcore.throughput import ThroughputModel
@@ -85,6 +86,9 @@ def throughput(
     P, C, latency_ms = opt.pair_defaults(pair, P, C, latency_ms)
     model, num_requests = _model(P, C, latency_ms, quantum_ms, concurrency, max_batch, seed)
     vector = opt.parse_thresholds(thresholds, model.num_models) if thresholds else [1] * model.num_models
+    for i, (b, cap) in enumerate(zip(vector, model.spec.max_batch, strict=True)):
+        if cap is not None and b > cap:  # the chain would run it as the cap, under this vector's name
+            raise ConfigError("--thresholds", f"model {i}'s {b} is above its --max-batch {cap}")
     with _named_fields():
         result = model.solve(num_requests, vector, method=method)
     if as_json:
@@ -200,6 +204,9 @@ def _latency_entry(entry: object, model: int, quantum_ms: float) -> float | list
             raise ConfigError(option, f"model {model}: latencies must be positive, got {x}")
         if x / quantum_ms < 0.5:
             raise ConfigError("--quantum-ms", f"{quantum_ms} ms is too coarse for model {model}'s {x} ms latency")
+        if x / quantum_ms > MAX_QUANTA:
+            raise ConfigError(option, f"model {model}: {x:g} ms is over {MAX_QUANTA:,} quanta of {quantum_ms:g} ms "
+                              "(raise --quantum-ms)")  # fmt: skip
     seconds = [x / 1000 for x in table]
     return seconds if isinstance(entry, list) else seconds[0]
 

@@ -11,6 +11,7 @@ from typing import Any
 import typer
 
 from tokenrouter.errors import cli_errors
+from trcore.errors import ConfigError
 
 
 @cli_errors
@@ -27,7 +28,7 @@ def calibrate(
     extend: str | None = typer.Option(None, "--extend", help="Appended tokens per request, prefill/extend [4,32,256]."),
     repeats: int | None = typer.Option(None, "--repeats", help="Timed repeats per cell [5; --quick 2]."),
     max_cell_tokens: int | None = typer.Option(
-        None, "--max-cell-tokens", help="Largest decode cell, batch x context tokens [4096; --quick 1024]."
+        None, "--max-cell-tokens", help="Largest decode cell, batch x context tokens [8192; --quick 1024]."
     ),
     hardware_tag: str | None = typer.Option(None, "--hardware-tag", help="Folder name [cpu-<n>core or the GPU's]."),
     quick: bool = typer.Option(False, "--quick", help="A small grid (a minute or two per model)."),
@@ -48,8 +49,10 @@ def calibrate(
         "max_cell_tokens": max_cell_tokens,
     }
     grid = grid_from_options(quick, **chosen)
+    names = [n.strip() for n in models.split(",") if n.strip()] if models is not None else None
+    if names == []:
+        raise ConfigError("--models", f"names no model, got {models!r} (leave it out to profile every model)")
     cfg = _load(config, None, None)
-    names = [n.strip() for n in models.split(",") if n.strip()] if models else None
     command = "tokenrouter calibrate " + shlex.join(_given(locals_=locals()))
     given = [k for k, v in chosen.items() if v is not None]
     check_request(cfg, grid, names, given)

@@ -9,7 +9,7 @@ import typer
 
 from tokenrouter.errors import cli_errors
 
-app = typer.Typer(no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)
 
 #: The local pair's recipe (models/local-smollm2/pair.yaml), repeated here so --help stays fast (no import of the
 #: pair loader); tests/sim/test_pairs.py checks the two agree.

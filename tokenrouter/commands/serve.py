@@ -94,13 +94,17 @@ def demo(
     max_tokens: int = typer.Option(32, min=1, help="Output tokens per request."),
 ) -> None:
     """Start the server, run a short routed workload against it, print throughput and a sample answer, stop."""
+    from trcore.errors import ConfigError
     from trserve.server.demo import run_demo
     from trserve.server.process import free_port
 
     cfg = _load(config, "127.0.0.1", port or free_port(), pair=pair)
+    context = min(m.max_model_len for m in cfg.models)
+    if max_tokens >= context:
+        raise ConfigError("--max-tokens", f"{max_tokens} leaves no room for a prompt in the models' context of "
+                          f"{context} tokens (max_model_len)")  # fmt: skip
     status = run_demo(
         cfg,
-        config,
         lambda line: typer.echo(line, err=line.startswith("error:")),
         num_requests=num_requests,
         concurrency=concurrency,

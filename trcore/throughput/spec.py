@@ -53,6 +53,10 @@ class ChainSpec:
         return tuple(num_requests if cap is None else min(cap, num_requests) for cap in self.max_batch)
 
 
+#: The most quanta one step may last (the chain's clock; a step of 1e12 ms at 0.1 ms quanta never finished solving).
+MAX_QUANTA = 1_000_000
+
+
 def build_spec(
     P: Sequence[Sequence[float]],
     C: Sequence[Sequence[float]],
@@ -116,6 +120,9 @@ def _to_quanta(seconds: object, quantum_s: float, model: int) -> int:
     value = _positive(seconds)
     if value is None:
         raise ConfigError("latency_s", f"model {model}: latencies must be positive numbers, got {seconds!r}")
+    if value / quantum_s > MAX_QUANTA:
+        raise ConfigError("latency_s", f"model {model}: a step of {value!r} s is over {MAX_QUANTA:,} quanta of "
+                          f"{quantum_s!r} s; use a coarser quantum")  # fmt: skip
     quanta = math.floor(value / quantum_s + 0.5)
     if quanta < 1:
         raise ConfigError(

@@ -67,21 +67,12 @@ def _metric_sums(text: str, name: str) -> dict[str, float]:
     return out
 
 
-def run_demo(
-    cfg: ServeConfig,
-    config_path: Path | None,
-    report: Report,
-    *,
-    num_requests: int,
-    concurrency: int,
-    max_tokens: int,
-) -> int:
+def run_demo(cfg: ServeConfig, report: Report, *, num_requests: int, concurrency: int, max_tokens: int) -> int:
     """Run the demo, telling ``report`` each line of its account (lines starting ``error:`` are failures);
     returns the exit status (0 on success)."""
     with tempfile.TemporaryDirectory(prefix="tokenrouter-demo-") as tmp:
-        if config_path is None:  # the resolved default, written so the child serves exactly this config
-            config_path = Path(tmp) / "serve.yaml"
-            config_path.write_text(dump_config(cfg))
+        config_path = Path(tmp) / "serve.yaml"  # the resolved config (file, --pair), so the child serves exactly it
+        config_path.write_text(dump_config(cfg))
         server = ServerProcess(config_path, port=cfg.server.port)
         return _run(cfg, server, report, num_requests, concurrency, max_tokens)
 
@@ -100,6 +91,9 @@ def _run(
         report(f"demo: server ready in {time.perf_counter() - started:.1f} s at {server.url}")
         answers, wall = asyncio.run(run_workload(server.url, cfg, num_requests, concurrency, max_tokens))
         metrics = httpx.get(f"{server.url}/metrics", timeout=10).text
+    except httpx.HTTPStatusError as exc:  # the server refused a request: its one-line reason
+        report(f"error: the server answered {exc.response.status_code}: {_reason(exc.response)}")
+        return 1
     finally:
         server.stop()
     tokens = sum(int(a["usage"]["completion_tokens"]) for a in answers)
@@ -111,6 +105,13 @@ def _run(
     for line in provenance_lines(cfg, answers, _metric_sums(metrics, "tokenrouter_handoffs_total")):
         report(line)
     return 0
+
+
+def _reason(response: httpx.Response) -> str:
+    try:
+        return str(response.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return response.text[:200]
 
 
 def provenance_lines(cfg: ServeConfig, answers: list[dict[str, Any]], handoffs: dict[str, float]) -> list[str]:

@@ -84,3 +84,11 @@ def test_demo_serves_a_routed_workload_and_stops(tmp_path):
         r"sample answer to 'What is the capital of France\?': .* \((\d+) of its (\d+) tokens by", result.stdout
     )
     assert sample and int(sample[1]) <= int(sample[2]) > 0, result.stdout
+
+
+def test_demo_refuses_max_tokens_beyond_the_context_before_starting_anything():
+    cmd = [sys.executable, "-m", "tokenrouter", "demo", "--config", "configs/emulated-r2r-a100.yaml",
+           "--max-tokens", "100000"]  # fmt: skip
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().startswith("error: --max-tokens: 100000 leaves no room for a prompt")
