@@ -1,8 +1,9 @@
 """Properties of the core's KV accounting under random but valid drives of two subservers.
 
-A driver (``World``) sends requests to model 0, steps either model with drawn routing (stay, move, drop the
-token), fails steps, aborts requests and fails the ones the core hands back as unservable, delivering hand-offs
-and releases at once; then it drains the system. After every operation, on every model: used + free blocks
+A driver (``World``) sends requests to model 0 (engines that keep KV across steps, or free it after each step as
+the ``readmit`` hand-off does), steps either model with drawn routing (stay, move, drop the token), fails steps,
+aborts requests and fails those the core hands back as unservable, delivering hand-offs and releases at once;
+then it drains the system. After every operation, on every model: used + free blocks
 are the capacity and the used ones are the parked sessions' plus the others' (``num_parked_blocks``); nothing is
 negative or over ``max_seqs``; a resident request holds ``blocks_for`` of what that model has consumed (its
 worst case under ``admission-limit``) or nothing because it was spilled or never stepped there; an ended request
@@ -11,9 +12,8 @@ sessions (counted as spills) and waiting requests outside the step (counted as p
 under way here, and only once no parked session holds KV), and counts as recomputed exactly the consumed tokens
 of the spilled requests it steps again. At the end every request finished or failed with a reason and every
 block is free, and the spill, preemption and recompute counters match what the batches did. A small simulation
-with a tiny cache does the same through trsim. Under ``admission-limit`` only the sessions of requests whose worst
-case exceeds the cache are ever spilled (two such requests parked on each other's model once waited for each other
-forever: the two regression tests at the end).
+with a tiny cache does the same through trsim. Under ``admission-limit`` only requests whose worst case exceeds
+the cache are ever spilled (two parked on each other's model once waited forever: the regression tests at the end).
 """
 
 import pytest
@@ -46,11 +46,11 @@ class DrawnProgram(RoutingProgram):
 class World:
     """Two subservers with KV memory and a synchronous driver that checks the core after every call."""
 
-    def __init__(self, policy: str, budget: KVBudget, max_batch: int) -> None:
+    def __init__(self, policy: str, budget: KVBudget, max_batch: int, readmit: bool = False) -> None:
         self.policy = policy
         batching = BatchingPolicy(threshold=1, max_batch=max_batch)
         self.subs = [
-            Subserver(DrawnProgram(m), batching, memory=KVMemory(budget, spill_policy(policy))) for m in (0, 1)
+            Subserver(DrawnProgram(m), batching, memory=KVMemory(budget, spill_policy(policy), readmit)) for m in (0, 1)
         ]
         self.specs: dict = {}  # request id -> spec, every request that arrived
         self.ended: dict[str, str] = {}  # request id -> "finished" or why it failed
@@ -192,7 +192,8 @@ def check_model(world: World, m: int) -> None:
             assert held[rid] == expected_blocks(mem, req, m) > 0, f"model {m}: {rid} footprint"
             assert rid not in mem.spilled
         else:
-            assert req.anchors[m] == 0 or rid in mem.spilled, f"model {m}: {rid} lost its KV unrecorded"
+            lost = req.anchors[m] and rid not in mem.spilled and not mem.frees_after_step  # readmit keeps none
+            assert not lost, f"model {m}: {rid} lost its KV unrecorded"
     for rid in world.ended:
         assert not ledger.holds(rid) and rid not in mem.spilled and rid not in mem.stats.waiting_now
     assert mem.stats.waiting_now <= {r for r, q in sub.requests.items() if q.status is WAITING and r not in held}
@@ -220,6 +221,7 @@ operations = st.builds(
 budgets = st.builds(
     KVBudget, num_blocks=st.integers(2, 10), block_size=st.integers(1, 4), max_seqs=st.none() | st.integers(1, 4)
 )
+batches = st.integers(1, 3)
 
 
 def run_operations(world: World, ops) -> None:
@@ -242,11 +244,11 @@ def worst_case_fits(op, budget: KVBudget) -> bool:
 
 
 @settings(max_examples=150, deadline=None)
-@given(ops=operations, policy=st.sampled_from(POLICIES), budget=budgets, max_batch=st.integers(1, 3))
-def test_random_drives_keep_the_books_and_lose_no_request(ops, policy, budget, max_batch):
+@given(ops=operations, policy=st.sampled_from(POLICIES), budget=budgets, max_batch=batches, readmit=st.booleans())
+def test_random_drives_keep_the_books_and_lose_no_request(ops, policy, budget, max_batch, readmit):
     """Under ``admission-limit``, when every request's worst case fits the cache (reserved before it runs), nothing
     is ever spilled or preempted."""
-    world = World(policy, budget, max_batch)
+    world = World(policy, budget, max_batch, readmit)
     run_operations(world, ops)
     evictions = sum(s.memory.stats.num_spilled + s.memory.stats.num_preempted for s in world.subs)
     target(float(evictions), label="evictions")  # steer the search toward memory pressure
