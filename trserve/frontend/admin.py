@@ -48,8 +48,8 @@ def checked_vector(config: ServeConfig, fe: FrontEnd, body: ThresholdsBody) -> t
     for i, (b, model) in enumerate(zip(body.thresholds, models, strict=True)):
         cap = min(config.batching.max_batch or model.max_num_seqs, model.max_num_seqs)
         if not 1 <= b <= cap:
-            raise APIError(400, f"thresholds[{i}]: {model.name}'s must be in 1..{cap}, got {b}",
-                           param=f"thresholds[{i}]")  # fmt: skip
+            raise APIError(400, f"thresholds.{i}: {model.name}'s must be in 1..{cap}, got {b}",
+                           param=f"thresholds.{i}")  # fmt: skip
     return tuple(body.thresholds)
 
 

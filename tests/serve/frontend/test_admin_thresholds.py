@@ -57,9 +57,10 @@ def test_a_vector_set_by_hand_reaches_every_subserver_and_requests_answer(vllm_s
     ("body", "param"),
     [
         ({"thresholds": [2]}, "thresholds"),  # one value for two models
-        ({"thresholds": [0, 1]}, "thresholds[0]"),
-        ({"thresholds": [1, 65]}, "thresholds[1]"),  # above max_num_seqs (64)
+        ({"thresholds": [0, 1]}, "thresholds.0"),
+        ({"thresholds": [1, 65]}, "thresholds.1"),  # above max_num_seqs (64)
         ({"thresholds": ["x", 1]}, "thresholds"),
+        ({"thresholds": [True, 2]}, "thresholds.0"),  # strict: not coerced to 1
         ({"thresholds": [1, 1], "table": {}}, "table"),  # unknown fields are refused, not ignored
         ({}, "thresholds"),
     ],
