@@ -136,9 +136,13 @@ async def crossval_server(cfg: ServeConfig) -> AsyncIterator[CrossvalFrontEnd]:
     if max(cfg.replicas) > 1:  # a cell reconfigures "model m" as one process
         raise ConfigError("models.replicas", "crossval runs one replica of each model; set replicas: 1")
     run_dir = tempfile.mkdtemp(prefix="tokenrouter-crossval-")
-    spec, workers = resolve(cfg, run_dir)
-    workers = [replace(w, role="crossval-subserver") for w in workers]
-    frontend, metrics = start_frontend(cfg, spec, CrossvalFrontEnd, cfg.entry_model)
+    try:  # the checks of resolve() need the run folder's paths; a refused config leaves no empty folder behind
+        spec, workers = resolve(cfg, run_dir)
+        workers = [replace(w, role="crossval-subserver") for w in workers]
+        frontend, metrics = start_frontend(cfg, spec, CrossvalFrontEnd, cfg.entry_model)
+    except BaseException:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     launcher = Launcher(spec, workers, Path(run_dir), frontend, metrics, RestartConfig(enabled=False))
     is_clean = False
     try:

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from trcore.errors import ConfigError
 from trserve.paths import PROMPTS_DIR
 
 EVAL_SET = PROMPTS_DIR / "eval_qa.jsonl"
@@ -30,10 +31,38 @@ class Question:
         return {"id": self.id, "prompt": self.prompt, "answers": list(self.answers)}
 
 
-def load_questions(path: Path = EVAL_SET) -> list[Question]:
-    """Questions from a JSONL file with ``id``, ``prompt`` and ``answers`` on each line."""
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [Question(str(r["id"]), str(r["prompt"]), tuple(str(a) for a in r["answers"])) for r in rows]
+def load_questions(path: Path = EVAL_SET, option: str = "--eval-set") -> list[Question]:
+    """Questions from a JSONL file with ``id``, ``prompt`` and ``answers`` on each line; a missing file, an empty
+    one or a bad line is a ConfigError naming ``option``, the file and the line."""
+    if not path.is_file():
+        raise ConfigError(option, f"{path}: no such file")
+    lines = path.read_text().splitlines()
+    questions = [_question(line, f"{path}:{n}", option) for n, line in enumerate(lines, 1) if line.strip()]
+    if not questions:
+        raise ConfigError(option, f"{path}: no questions")
+    return questions
+
+
+def _question(line: str, where: str, option: str) -> Question:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(option, f"{where}: invalid JSON ({exc.msg})") from None
+    if not isinstance(row, dict):
+        raise ConfigError(option, f"{where}: expected an object with id, prompt and answers, got {row!r:.40}")
+    missing = [key for key in ("id", "prompt", "answers") if key not in row]
+    if missing:
+        raise ConfigError(option, f"{where}: missing {', '.join(missing)}")
+    answers = row["answers"]
+    if not isinstance(answers, list) or not answers or not all(_plain(a) for a in answers):
+        raise ConfigError(option, f"{where}: answers must be a non-empty list of strings, got {answers!r:.40}")
+    if not isinstance(row["prompt"], str) or not row["prompt"].strip() or not _plain(row["id"]):
+        raise ConfigError(option, f"{where}: prompt must be a non-empty string and id a string or number")
+    return Question(str(row["id"]), row["prompt"], tuple(str(a) for a in answers))
+
+
+def _plain(value: object) -> bool:
+    return isinstance(value, str | int | float) and not isinstance(value, bool)
 
 
 def write_questions(questions: Iterable[Question], path: Path) -> None:

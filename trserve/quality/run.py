@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from trserve.config import ServeConfig
+from trserve.quality.checks import check_engines
 from trserve.quality.evalset import EVAL_SET, Filtered, Question, filter_candidates
 from trserve.quality.generate import answer_server
 from trserve.quality.score import LargeScorer
@@ -44,7 +45,9 @@ def measure_quality(
     eval_set: Path = EVAL_SET,
     probes: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Run the sweep on one server start; returns the results document (rows carry every answer)."""
+    """Run the sweep on one server start; returns the results document (rows carry every answer, ``pair`` the
+    model pair measured). Models without checkpoints are refused before anything loads."""
+    check_engines(cfg, "models")
     scorer = LargeScorer(resolve_model_path(cfg.models[-1].path))
 
     async def go() -> list[dict[str, Any]]:
@@ -56,6 +59,7 @@ def measure_quality(
     rows = asyncio.run(go())
     return {
         "command": command,
+        "pair": cfg.pair,
         "eval_set": eval_set.name,
         "num_questions": len(questions),
         "max_tokens": max_tokens,
