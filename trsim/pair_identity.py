@@ -15,7 +15,6 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from trcore.errors import ConfigError
 
@@ -35,20 +34,49 @@ class TokenizerIdentity:
         return f"vocab {self.vocab_size}, sha256 {digest}"
 
 
-def tokens_by_id(tokenizer: dict[str, Any]) -> list[str | None]:
+def tokens_by_id(tokenizer: object, where: str = "tokenizer.json") -> list[str | None]:
     """The token string of every id of a ``tokenizer.json`` document (BPE/WordPiece ``model.vocab`` plus
-    ``added_tokens``); ids nothing names are None."""
-    vocab = tokenizer.get("model", {}).get("vocab")
+    ``added_tokens``); ids nothing names are None. A malformed document, or an id at or beyond the number of
+    entries the file lists (the table would be mostly gaps), is a :class:`ConfigError` naming ``where``."""
+    model = tokenizer.get("model") if isinstance(tokenizer, dict) else None
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    added = tokenizer.get("added_tokens", []) if isinstance(tokenizer, dict) else None
+    if not isinstance(vocab, list | dict):
+        raise ConfigError(where, "has no model.vocab (a list of [piece, score] or a map of token -> id)")
+    if not isinstance(added, list):
+        raise ConfigError(where, f"added_tokens must be a list, got {type(added).__name__}")
     if isinstance(vocab, list):  # Unigram: [[piece, score], ...] in id order
-        named = {i: str(entry[0]) for i, entry in enumerate(vocab)}
-    elif isinstance(vocab, dict):
-        named = {int(i): str(token) for token, i in vocab.items()}
+        named = {i: _piece(entry, f"model.vocab.{i}", where) for i, entry in enumerate(vocab)}
     else:
-        raise ConfigError("tokenizer", "tokenizer.json has no model.vocab")
-    for added in tokenizer.get("added_tokens", []):
-        named[int(added["id"])] = str(added["content"])
-    size = max(named) + 1 if named else 0
-    return [named.get(i) for i in range(size)]
+        named = {_id(i, f"model.vocab.{token}", where): str(token) for token, i in vocab.items()}
+    size = len(vocab) + len(added)
+    for k, entry in enumerate(added):
+        if not isinstance(entry, dict) or not isinstance(entry.get("content"), str):
+            raise ConfigError(where, f"added_tokens.{k} must be an object with an integer id and a string content")
+        named[_id(entry.get("id"), f"added_tokens.{k}.id", where)] = entry["content"]
+    beyond = max(named, default=-1)
+    if beyond >= size:
+        raise ConfigError(where, f"id {beyond} is beyond the {size} entries the file lists (ids 0 to {size - 1})")
+    return [named.get(i) for i in range(beyond + 1)]
+
+
+def _piece(entry: object, field: str, where: str) -> str:
+    if not isinstance(entry, list) or not entry or not isinstance(entry[0], str):
+        raise ConfigError(where, f"{field} must be [piece, score], got {entry!r}")
+    return entry[0]
+
+
+def _id(value: object, field: str, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(where, f"{field} must be a token id (an integer >= 0), got {value!r}")
+    return value
+
+
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(path), f"not valid JSON ({exc})") from None
 
 
 def tokenizer_identity(model_dir: Path) -> TokenizerIdentity | None:
@@ -57,7 +85,7 @@ def tokenizer_identity(model_dir: Path) -> TokenizerIdentity | None:
     path = Path(model_dir) / "tokenizer.json"
     if not path.is_file():
         return None
-    tokens = tokens_by_id(json.loads(path.read_text()))
+    tokens = tokens_by_id(_read_json(path), str(path))
     table = json.dumps(tokens, ensure_ascii=False, separators=(",", ":")).encode()
     return TokenizerIdentity(len(tokens), hashlib.sha256(table).hexdigest())
 
@@ -67,5 +95,10 @@ def model_dims(model_dir: Path) -> dict[str, int] | None:
     path = Path(model_dir) / "config.json"
     if not path.is_file():
         return None
-    config = json.loads(path.read_text())
-    return {key: int(config[key]) for key in DIM_FIELDS if key in config}
+    config = _read_json(path)
+    if not isinstance(config, dict):
+        raise ConfigError(str(path), "must be a JSON object")
+    for key in DIM_FIELDS:
+        if key in config and (isinstance(config[key], bool) or not isinstance(config[key], int)):
+            raise ConfigError(str(path), f"{key} must be an integer, got {config[key]!r}")
+    return {key: config[key] for key in DIM_FIELDS if key in config}

@@ -8,17 +8,51 @@ paths are relative to the repository root (they exist only in a checkout). The f
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from numbers import Real
+from typing import Any
+
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from trcore.errors import ConfigError
+from trcore.routers import validate_keep_matrix, validate_matrix
 
 #: A model's role in a pair; model index = position in ``models`` (0 small, 1 large), as the programs expect.
 ROLES = ("small", "large")
+#: The largest batch size a latency table may list: ``by_batch_size`` expands it to one entry per batch size.
+MAX_BATCH_SIZE = 4096
 
 
 class PairSection(BaseModel):
-    """A section of ``pair.yaml``: an unknown field is an error and the values are frozen."""
+    """A section of ``pair.yaml``: an unknown field is an error, a value of another type is refused rather than
+    coerced (``"151936"`` or ``true`` is not an integer), and the values are frozen.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    A check that raises :class:`~trcore.errors.ConfigError` names its field relative to the section
+    (``ms.small.1``); :func:`trsim.pairs.read_pair_file` puts the section's place in front of it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+def _is_number(value: object) -> bool:
+    """A real number, not a bool (YAML's ``true``) and not text."""
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
+def _positive_ms(value: object, field: str) -> None:
+    if not _is_number(value) or not 0 < float(value) < math.inf:  # type: ignore[arg-type]
+        raise ConfigError(field, f"must be a positive finite number of ms, got {value!r}")
+
+
+def _numeric_rows(rows: object, size: int) -> None:
+    """``rows``: ``size`` lists of ``size`` finite numbers (fields ``i.j`` where an entry is not one)."""
+    if not isinstance(rows, list) or len(rows) != size or any(not isinstance(r, list) or len(r) != size for r in rows):
+        raise ConfigError("", f"must be {size} x {size}: one row per model, each with one entry per model")
+    for i, row in enumerate(rows):
+        for j, x in enumerate(row):
+            if not _is_number(x) or not math.isfinite(x):
+                raise ConfigError(f"{i}.{j}", f"must be a finite number, got {x!r}")
 
 
 class TokenizerSpec(PairSection):
@@ -59,7 +93,9 @@ class ModelSpec(PairSection):
         if (self.shape is None) == (self.recipe is None):
             raise ValueError("give exactly one of shape and recipe")
         if self.recipe is not None and self.dims is None:
-            raise ValueError("a recipe model needs dims (num_hidden_layers, hidden_size, vocab_size)")
+            raise ConfigError("dims", "a recipe model needs dims (num_hidden_layers, hidden_size, vocab_size)")
+        if self.shape is not None and self.dims is not None:
+            raise ConfigError("dims", "give shape or dims, not both (a shape model's dims are read from its shape)")
         return self
 
 
@@ -80,12 +116,25 @@ class LatencySpec(PairSection):
     note: str | None = None
     source: str = Field(min_length=1)
 
+    @field_validator("ms", mode="before")
+    @classmethod
+    def _positive(cls, ms: Any) -> Any:
+        """Every latency a positive finite number (NaN, inf, 0 and negatives are refused here, not later)."""
+        for name, value in ms.items() if isinstance(ms, dict) else ():
+            for k, x in enumerate(value) if isinstance(value, list) else [(None, value)]:
+                _positive_ms(x, str(name) if k is None else f"{name}.{k}")
+        return ms
+
     @model_validator(mode="after")
     def _aligned(self) -> LatencySpec:
+        sizes = self.batch_sizes
+        if sizes is not None:
+            _check_batch_sizes(sizes)
         for name, value in self.ms.items():
-            lengths = None if self.batch_sizes is None else len(self.batch_sizes)
-            if isinstance(value, list) != (lengths is not None) or (lengths and len(value) != lengths):  # type: ignore[arg-type]
-                raise ValueError(f"ms.{name}: a number, or one value per entry of batch_sizes")
+            if sizes is None and isinstance(value, list):
+                raise ConfigError(f"ms.{name}", "a list needs batch_sizes (one value per batch size); else a number")
+            if sizes is not None and (not isinstance(value, list) or len(value) != len(sizes)):
+                raise ConfigError(f"ms.{name}", f"needs one value per entry of batch_sizes ({len(sizes)}), got {value}")
         return self
 
     def by_batch_size(self, name: str) -> float | list[float]:
@@ -97,14 +146,39 @@ class LatencySpec(PairSection):
         return [round(float(np.interp(b, self.batch_sizes, value)), 4) for b in range(1, max(self.batch_sizes) + 1)]
 
 
+def _check_batch_sizes(sizes: Sequence[int]) -> None:
+    if not sizes:
+        raise ConfigError("batch_sizes", "must list at least one batch size (or leave batch_sizes out)")
+    for k, size in enumerate(sizes):
+        if not 1 <= size <= MAX_BATCH_SIZE:
+            raise ConfigError(f"batch_sizes.{k}", f"must lie in [1, {MAX_BATCH_SIZE}], got {size}")
+        if k and size <= sizes[k - 1]:
+            raise ConfigError(
+                f"batch_sizes.{k}", f"{size} follows {sizes[k - 1]}: list batch sizes in increasing order, once each"
+            )
+
+
 class RoutingSpec(PairSection):
     """Routing statistics of one router on this pair: P (where each model's tokens go next) and C (which of them
-    are kept), as the throughput model and the ``markov`` program read them."""
+    are kept), as the throughput model and the ``markov`` program read them, checked as they check them: rows of
+    P sum to 1, every entry of P and C lies in [0, 1], one row and column per model."""
 
     router: str = Field(min_length=1)
     P: list[list[float]]
     C: list[list[float]]
     source: str = Field(min_length=1)
+
+    @field_validator("P", "C", mode="before")
+    @classmethod
+    def _square(cls, rows: Any) -> Any:
+        _numeric_rows(rows, len(ROLES))
+        return rows
+
+    @model_validator(mode="after")
+    def _stochastic(self) -> RoutingSpec:
+        validate_matrix("P", self.P, len(ROLES), stochastic=True)
+        validate_keep_matrix(self.C, len(ROLES))
+        return self
 
 
 class PairSpec(PairSection):
@@ -124,13 +198,12 @@ class PairSpec(PairSection):
     def _names_agree(self) -> PairSpec:
         names = [m.name for m in self.models]
         if names != list(ROLES):
-            raise ValueError(f"models must be named {list(ROLES)} in that order (small first), got {names}")
+            raise ConfigError("models", f"must be named {list(ROLES)} in that order (small first), got {names}")
         for i, entry in enumerate(self.latencies):
             if set(entry.ms) != set(names):
-                raise ValueError(f"latencies.{i}.ms needs one entry per model {names}, got {sorted(entry.ms)}")
-        for i, stats in enumerate(self.routing):
-            if len(stats.P) != len(names) or len(stats.C) != len(names):
-                raise ValueError(f"routing.{i}: P and C need one row per model ({len(names)})")
+                raise ConfigError(f"latencies.{i}.ms", f"needs one entry per model {names}, got {sorted(entry.ms)}")
+        _unique("latencies", "hardware", [e.hardware for e in self.latencies])
+        _unique("routing", "router", [r.router for r in self.routing])
         return self
 
     def latency(self, hardware: str | None = None) -> LatencySpec | None:
@@ -140,3 +213,13 @@ class PairSpec(PairSection):
     def routing_stats(self, router: str | None = None) -> RoutingSpec | None:
         """The routing statistics of ``router`` (None: the first listed), or None."""
         return next((r for r in self.routing if router in (None, r.router)), None)
+
+
+def _unique(section: str, key: str, values: list[str]) -> None:
+    """Refuse a second entry of ``section`` with the same ``key``: which one a tool reads would be a guess."""
+    for i, value in enumerate(values):
+        if value in values[:i]:
+            first = values.index(value)
+            raise ConfigError(
+                f"{section}.{i}.{key}", f"{value!r} is listed twice (also {section}.{first}); give it once"
+            )

@@ -6,6 +6,7 @@ in :mod:`trsim.pair_schema`.
 from __future__ import annotations
 
 import json
+from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from trcore.errors import ConfigError
-from trserve.paths import SHAPES_DIR, pair_dir, pair_names
+from trserve.paths import SHAPES_DIR, pair_dir, pair_names, repo_root
 from trsim.pair_identity import DIM_FIELDS
 from trsim.pair_schema import Dims, PairSpec
 from trsim.shapes import load_shape
@@ -60,16 +61,37 @@ class Pair:
         return None if self.spec.operating_points is None else self.folder / self.spec.operating_points
 
     def operating_points(self) -> dict[str, Any]:
-        """The operating points, keyed by program (empty when the pair has none)."""
+        """The operating points, keyed by program (empty when the pair has none). Each point must name this pair
+        (``tokenrouter quality --save-operating-point`` writes ``"pair"``): one copied with the pair's folder, or
+        written without the key, is refused rather than taken as this pair's."""
         path = self.operating_points_path()
-        points: dict[str, Any] = json.loads(path.read_text()) if path is not None and path.is_file() else {}
+        if path is None or not path.is_file():
+            return {}
+        points = _json_object(path)
         for program, point in points.items():
-            if point.get("pair", self.name) != self.name:
-                raise ConfigError(
-                    "operating_points", f"{path}: the {program} point was measured on pair {point['pair']}, "
-                    f"not {self.name}",
-                )  # fmt: skip
+            problem = _point_problem(point, self.name)
+            if problem:
+                raise ConfigError("operating_points", f"{path}: the {program} point {problem}")
         return points
+
+
+def _point_problem(point: object, pair: str) -> str | None:
+    """Why ``point`` is not an operating point of ``pair`` (None: it is one)."""
+    if not isinstance(point, dict):
+        return f"must be a JSON object, got {point!r}"
+    if "pair" not in point:
+        return f'names no pair; add "pair": "{pair}" if it was measured on pair {pair}'
+    return None if point["pair"] == pair else f"was measured on pair {point['pair']}, not {pair}"
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError("operating_points", f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError("operating_points", f"{path}: must be a JSON object keyed by program")
+    return data
 
 
 def describe_pair(pair: Pair) -> dict[str, Any]:
@@ -100,21 +122,53 @@ def load_pair(name: str) -> Pair:
     return Pair(read_pair_file(path), folder)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            if not isinstance(key, Hashable):
+                continue  # SafeLoader's own error names the unhashable key
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice in one mapping", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_pair_file(path: Path) -> PairSpec:
     """A ``pair.yaml`` validated: its name must match its folder, every file it names must exist."""
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
         spec = PairSpec.model_validate(data)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except yaml.YAMLError as exc:
         raise ConfigError(str(path), f"not valid YAML: {' '.join(str(exc).split())}") from None
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first.get("loc", ())) or "pair"
-        raise ConfigError(str(path), f"{field}: {first.get('msg', 'invalid')}") from None
+        raise ConfigError(str(path), _validation_line(exc)) from None
     if spec.name != path.parent.name:
         raise ConfigError(str(path), f"name: {spec.name!r} differs from its folder {path.parent.name!r}")
     _check_files(spec, path)
     return spec
+
+
+def _validation_line(exc: ValidationError) -> str:
+    """The first error as ``field.path: problem``; a check's ConfigError names its field below the error's place,
+    and pydantic's ``Value error, `` prefix is dropped."""
+    first = exc.errors()[0]
+    loc = [str(p) for p in first.get("loc", ())]
+    inner = (first.get("ctx") or {}).get("error")
+    if isinstance(inner, ConfigError):
+        loc, problem = [*loc, *([inner.field] if inner.field else [])], inner.problem
+    else:
+        problem = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+    return f"{'.'.join(loc)}: {problem}" if loc else problem
 
 
 def _check_files(spec: PairSpec, path: Path) -> None:
@@ -127,11 +181,27 @@ def _check_files(spec: PairSpec, path: Path) -> None:
     for i, model in enumerate(spec.models):
         if model.shape is not None and not (SHAPES_DIR / f"{model.shape}.json").is_file():
             raise ConfigError(str(path), f"models.{i}.shape: no shape {model.shape!r} in {SHAPES_DIR}")
+    root = repo_root()  # profiles are calibration folders of a checkout: an installed package has none to check
+    for tag, rel in spec.profiles.items() if root is not None else ():
+        if not (root / rel).is_dir():
+            raise ConfigError(str(path), f"profiles.{tag}: no folder {rel!r} in {root}")
 
 
 def all_pairs() -> list[Pair]:
-    """Every pair under ``models/``, by name."""
+    """Every pair under ``models/``, by name; the first broken one is an error."""
     return [load_pair(name) for name in pair_names()]
+
+
+def describe_all_pairs() -> tuple[list[dict[str, Any]], list[ConfigError]]:
+    """What every pair under ``models/`` has (:func:`describe_pair`), and the error of each pair that does not load
+    (a bad ``pair.yaml``, operating points of another pair): one broken pair does not hide the others."""
+    described, broken = [], []
+    for name in pair_names():
+        try:
+            described.append(describe_pair(load_pair(name)))
+        except ConfigError as exc:
+            broken.append(exc)
+    return described, broken
 
 
 def pair_of_router(path: Path) -> str | None:
@@ -149,4 +219,13 @@ def pair_of_router(path: Path) -> str | None:
     return None
 
 
-__all__ = ["LOCAL_PAIR", "PAPER_PAIR", "Pair", "all_pairs", "describe_pair", "load_pair", "pair_of_router"]
+__all__ = [
+    "LOCAL_PAIR",
+    "PAPER_PAIR",
+    "Pair",
+    "all_pairs",
+    "describe_all_pairs",
+    "describe_pair",
+    "load_pair",
+    "pair_of_router",
+]

@@ -108,11 +108,12 @@ def write_tokenizer(
 
 
 def test_tokenizer_identity_follows_the_id_table_not_the_file(tmp_path: Path) -> None:
-    base = tokenizer_identity(write_tokenizer(tmp_path / "a", {"a": 0, "b": 1}, [(3, "<eos>")]))
+    eos = [(0, "a"), (3, "<eos>")]  # the file lists 4 entries (an added token may repeat a vocabulary one)
+    base = tokenizer_identity(write_tokenizer(tmp_path / "a", {"a": 0, "b": 1}, eos))
     assert base is not None and base.vocab_size == 4  # id 2 is a gap, the added token counts
-    reordered = tokenizer_identity(write_tokenizer(tmp_path / "b", {"b": 1, "a": 0}, [(3, "<eos>")], indent=2))
-    renamed = tokenizer_identity(write_tokenizer(tmp_path / "c", {"a": 0, "c": 1}, [(3, "<eos>")]))
-    moved = tokenizer_identity(write_tokenizer(tmp_path / "d", {"a": 1, "b": 0}, [(3, "<eos>")]))
+    reordered = tokenizer_identity(write_tokenizer(tmp_path / "b", {"b": 1, "a": 0}, eos, indent=2))
+    renamed = tokenizer_identity(write_tokenizer(tmp_path / "c", {"a": 0, "c": 1}, eos))
+    moved = tokenizer_identity(write_tokenizer(tmp_path / "d", {"a": 1, "b": 0}, [(1, "a"), (3, "<eos>")]))
     assert reordered == base and renamed.sha256 != base.sha256 and moved.sha256 != base.sha256
     assert tokenizer_identity(tmp_path) is None  # no tokenizer.json: nothing to compare
 

@@ -49,17 +49,23 @@ def prepare(
 @app.command("list")
 @cli_errors
 def list_pairs(as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text.")) -> None:
-    """Every model pair under models/ and what it has (router, operating points, profiles, latencies), with sources."""
+    """Every model pair under models/ and what it has (router, operating points, profiles, latencies), with sources;
+    a pair that does not load is an ``error:`` line on stderr after the others, and the exit status is then 2."""
     import json
 
-    from trsim.pairs import all_pairs, describe_pair
+    from trsim.pairs import describe_all_pairs
 
-    pairs = [describe_pair(p) for p in all_pairs()]
+    pairs, broken = describe_all_pairs()
+    errors = [" ".join(str(e).split()) for e in broken]
     if as_json:
-        typer.echo(json.dumps({"pairs": pairs}))
-        return
-    for info in pairs:
-        typer.echo(_pair_text(info))
+        typer.echo(json.dumps({"pairs": pairs, "errors": errors}, allow_nan=False))
+    else:
+        for info in pairs:
+            typer.echo(_pair_text(info))
+    for line in errors:
+        typer.echo(f"error: {line}", err=True)
+    if errors:
+        raise typer.Exit(2)
 
 
 def _pair_text(info: dict) -> str:  # type: ignore[type-arg]
