@@ -20,7 +20,6 @@ from tokenrouter.commands.analytic_view import optimize_dict, print_optimize, pr
 from tokenrouter.errors import cli_errors
 from trcore.errors import ConfigError, NotIrreducibleError
 from trcore.routers import validate_keep_matrix
-from trcore.throughput.spec import MAX_QUANTA
 
 if TYPE_CHECKING:
     from trcore.throughput import ThroughputModel
@@ -204,9 +203,6 @@ def _latency_entry(entry: object, model: int, quantum_ms: float) -> float | list
             raise ConfigError(option, f"model {model}: latencies must be positive, got {x}")
         if x / quantum_ms < 0.5:
             raise ConfigError("--quantum-ms", f"{quantum_ms} ms is too coarse for model {model}'s {x} ms latency")
-        if x / quantum_ms > MAX_QUANTA:
-            raise ConfigError(option, f"model {model}: {x:g} ms is over {MAX_QUANTA:,} quanta of {quantum_ms:g} ms "
-                              "(raise --quantum-ms)")  # fmt: skip
     seconds = [x / 1000 for x in table]
     return seconds if isinstance(entry, list) else seconds[0]
 
