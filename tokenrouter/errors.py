@@ -10,7 +10,7 @@ from typing import Any, NoReturn, TypeVar
 
 import typer
 
-from trcore.errors import ConfigError
+from trcore.errors import ConfigError, ProgramError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -41,7 +41,7 @@ def cli_errors(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except ConfigError as exc:
+        except (ConfigError, ProgramError) as exc:  # a broken routing program: the simulator's run cannot go on
             fail(str(exc))
         except json.JSONDecodeError as exc:
             fail(f"invalid JSON: {exc.msg} at position {exc.pos}")

@@ -5,7 +5,7 @@ Pure Python with no clock, no I/O and no torch/vLLM/SimPy: drivers (trsim, trser
 
 # Importing the programs package registers the built-in routing programs (rstitch, r2r, citer, ...).
 from trcore import programs
-from trcore.errors import ConfigError, InfeasibleError, MemoryInfeasibleError, NotIrreducibleError
+from trcore.errors import ConfigError, InfeasibleError, MemoryInfeasibleError, NotIrreducibleError, ProgramError
 from trcore.kvplan import KVMemory, MemoryStats
 from trcore.memory import KVBudget, KVLedger
 from trcore.policy import BatchingPolicy, check_feasible, is_feasible, policies_for
@@ -33,6 +33,7 @@ __all__ = [
     "NotIrreducibleError",
     "ParkedSession",
     "PeerReq",
+    "ProgramError",
     "ProtocolError",
     "Request",
     "RequestSpec",

@@ -27,3 +27,16 @@ class NotIrreducibleError(RuntimeError):
 
 class MemoryInfeasibleError(InfeasibleError):
     """N requests resident on every model they visit need more KV cache than a model holds."""
+
+
+class ProgramError(RuntimeError):
+    """A routing program misbehaved on a step (raised, or returned a verdict that does not fit the batch): the
+    step's requests fail, named by the program; the model goes on with the others."""
+
+    def __init__(self, program: str, problem: str) -> None:
+        super().__init__(program, problem)
+        self.program = program
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return f"router.{self.program}: {self.problem}"

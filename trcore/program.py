@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import numbers
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
-from trcore.errors import ConfigError
+from trcore.errors import ConfigError, ProgramError
 from trcore.request import PeerReq, Request
-from trcore.step import Routing, StepResult
+from trcore.step import Batch, Routing, StepResult
 
+#: Steps of one request on one model in a row without a token (dropped here, none kept elsewhere) before its routing
+#: program is taken to be broken.
+MAX_STEPS_WITHOUT_TOKEN = 10_000
 #: Signals a backend may supply in a ``StepResult``.
 KNOWN_SIGNALS = frozenset({"token_ids", "top_logprobs", "entropy", "hidden"})
 
@@ -114,13 +118,43 @@ class ProgramRegistry:
         cls = self.get(name)
         try:
             return cls(model, num_models, **params)
-        except TypeError as exc:
+        except ConfigError:
+            raise
+        except Exception as exc:  # a user's program checks its parameters in its own way
             raise ConfigError(f"router.{name}", f"bad parameters {sorted(params)}: {exc}") from None
 
 
 #: The process-wide registry of built-in programs (read-only after import; plug-ins may add to it).
 PROGRAMS = ProgramRegistry()
 register_program = PROGRAMS.register
+
+
+def checked_routing(program: RoutingProgram, step: StepResult, batch: Batch) -> tuple[list[int], Sequence[bool] | None]:
+    """``program``'s verdict on ``batch``'s step as (destinations, keep), or a :class:`ProgramError` that says what
+    was wrong: it raised, returned no :class:`Routing`, lengths other than the batch's, destinations that are not
+    model indices, or it dropped the token of a request that has gained none in :data:`MAX_STEPS_WITHOUT_TOKEN`
+    steps here (it would step forever)."""
+    size = batch.size
+    try:
+        routing = program.route(step)
+    except Exception as exc:
+        raise ProgramError(program.name, f"route() raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(routing, Routing):
+        raise ProgramError(program.name, f"route() returned {type(routing).__name__}, not a Routing")
+    dests, keep = routing.destinations, routing.keep
+    if len(dests) != size or (keep is not None and len(keep) != size):
+        lengths = f"{len(dests)} destinations" + ("" if keep is None else f" and {len(keep)} keep flags")
+        raise ProgramError(program.name, f"route() returned {lengths} for a batch of {size}")
+    out = [int(d) if isinstance(d, numbers.Integral) and not isinstance(d, bool) else -1 for d in dests]
+    if any(not 0 <= d < program.num_models for d in out):
+        bad = next(d for d, o in zip(dests, out, strict=True) if not 0 <= o < program.num_models)
+        last = program.num_models - 1
+        raise ProgramError(program.name, f"route() returned destination {bad!r}; models are 0..{last}")
+    for req, kept in zip(batch.requests, keep or (), strict=False):
+        if not kept and req.steps_without_token >= MAX_STEPS_WITHOUT_TOKEN:
+            stuck = f"request {req.request_id} has gained no token in {MAX_STEPS_WITHOUT_TOKEN:,} steps in a row"
+            raise ProgramError(program.name, stuck)
+    return out, keep
 
 
 def check_signals(program: RoutingProgram, available: Iterable[str]) -> None:

@@ -54,6 +54,10 @@ class Request:
     finish_time: float | None = None
     num_reported: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Its length after its last step here, and how many of its steps here in a row found it no longer since
+    #: (every token dropped, none kept elsewhere): a routing program that never keeps one is a bug, not a wait.
+    num_tokens_seen: int = 0
+    steps_without_token: int = 0
 
     @property
     def request_id(self) -> str:

@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 from trcore.kvplan import KVMemory
 from trcore.policy import BatchingPolicy
-from trcore.program import RoutingProgram
+from trcore.program import RoutingProgram, checked_routing
 from trcore.request import CLIENT, PeerReq, Request, RequestSpec, RequestStatus
 from trcore.step import Batch, StepResult
 
@@ -159,12 +159,12 @@ class Subserver:
             raise ProtocolError(f"model {self.model}: completing a batch that is not running")
         if len(step) != batch.size:
             raise ProtocolError(f"model {self.model}: {len(step)} outputs for a batch of {batch.size}")
+        dests, keep = checked_routing(self.program, step, batch)  # a ProgramError leaves the batch running
         self.running = None
         if self.memory is not None:
             self.memory.after_step(r.spec.request_id for r in batch.requests)
-        routing = self.program.route(step)
-        dests, keep, tokens = routing.destinations, routing.keep, step.token_ids
-        model, num_models, trace, ready = self.model, self.program.num_models, self.trace, self._ready
+        tokens = step.token_ids
+        model, trace, ready = self.model, self.trace, self._ready
         launched = batch.launch_time
         handoffs: list[HandOff] = []
         # One pass per request, everything inlined: this loop is the simulator's hot path.
@@ -172,8 +172,6 @@ class Subserver:
             if req.status is _FINISHED:  # aborted while its step ran
                 continue
             dest = dests[k]
-            if not 0 <= dest < num_models:
-                raise ProtocolError(f"model {model}: routing program returned destination {dest}")
             ids = req.token_ids
             req.anchors[model] = len(ids)
             kept = True if keep is None else bool(keep[k])
@@ -181,6 +179,8 @@ class Subserver:
                 ids.append(tokens[k])
                 if req.first_token_time is None:
                     req.first_token_time = now
+            req.steps_without_token = 0 if len(ids) > req.num_tokens_seen else req.steps_without_token + 1
+            req.num_tokens_seen = len(ids)
             if trace is not None:
                 trace.append(RouteEvent(req.spec.request_id, model, dest, kept, now, launched))
             if kept and _has_reached_stop(req.spec, ids):

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.factories import ScriptedProgram, make_arrival, make_step, make_subserver
-from trcore import CLIENT, PeerReq, ProtocolError, RequestStatus, is_feasible
+from trcore import CLIENT, PeerReq, ProgramError, ProtocolError, RequestStatus, is_feasible
 
 
 def step_all(sub, tokens, now=1.0):
@@ -168,7 +168,7 @@ def test_a_destination_outside_the_models_is_refused():
     sub = make_subserver(program=program)
     sub.receive(make_arrival("a"), 0.0)
     batch = sub.launch(0.0)
-    with pytest.raises(ProtocolError, match="model 0: routing program returned destination 2"):
+    with pytest.raises(ProgramError, match=r"router\.scripted: route\(\) returned destination 2; models are 0\.\.1"):
         sub.complete(batch, make_step([1], ["a"]), 1.0)
 
 

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from trcore import CLIENT, Batch, BatchingPolicy, KVMemory, PeerReq, StepResult, Subserver
+from trcore import CLIENT, Batch, BatchingPolicy, KVMemory, PeerReq, ProgramError, StepResult, Subserver
 from trcore.memory import KVBudget
 from trserve.runtime.memory_setup import memory_for
 from trserve.runtime.messages import (
@@ -189,12 +189,7 @@ class LockstepDriver:
         before = [r.num_output_tokens for r in batch.requests]
         reply = self._call(model, batch)
         if reply.error is not None:
-            failed = [Failed(r.request_id, f"model {model} could not step: {reply.error}") for r in batch.requests]
-            for r in batch.requests:
-                self._forget(r.request_id)
-            sub.fail(batch)
-            self.mailbox.send(FRONTEND, failure_report(sub, failed, batch.size, reply.kv_usage))
-            return
+            return self._fail(sub, batch, f"model {model} could not step: {reply.error}", reply.kv_usage)
         result = StepResult(
             token_ids=[o[0] for o in reply.outputs],
             top_logprobs=[o[1] for o in reply.outputs],
@@ -202,7 +197,10 @@ class LockstepDriver:
             request_ids=batch.request_ids,
         )
         now = self.clock()
-        handoffs = sub.complete(batch, result, now)
+        try:
+            handoffs = sub.complete(batch, result, now)
+        except ProgramError as exc:  # a bug of the routing program: its step's requests fail, the others go on
+            return self._fail(sub, batch, str(exc), reply.kv_usage)
         self.num_steps += 1
         finished, num_handoffs = [], 0
         for dest, msg in handoffs:
@@ -222,6 +220,14 @@ class LockstepDriver:
             emulated_s=reply.emulated_s, wait_cpu_s=reply.wait_cpu_s, memory=memory_fields(sub.memory),
         )  # fmt: skip
         self.mailbox.send(FRONTEND, report)
+
+    def _fail(self, sub: Subserver, batch: Batch, why: str, kv_usage: float) -> None:
+        """Every request of ``batch`` fails with ``why``: forgotten on every model, reported to the front end."""
+        for r in batch.requests:
+            self._forget(r.request_id)
+        sub.fail(batch)
+        failed = [Failed(r.request_id, why) for r in batch.requests]
+        self.mailbox.send(FRONTEND, failure_report(sub, failed, batch.size, kv_usage))
 
 
 def run(spec: RunSpec, index: int) -> None:

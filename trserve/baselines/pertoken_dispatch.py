@@ -16,9 +16,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from trcore import CLIENT, Batch, BatchingPolicy, PeerReq, RoutingProgram, StepResult, Subserver
-from trserve.runtime.messages import Abort, OneToken, Probe, Ready, Rewire, Shutdown, State, StepReport, TokenReply
-from trserve.runtime.reports import committed_tokens, finished_message, rss_bytes
+from trcore import CLIENT, Batch, BatchingPolicy, PeerReq, ProgramError, RoutingProgram, StepResult, Subserver
+from trserve.runtime.messages import (
+    Abort,
+    Failed,
+    OneToken,
+    Probe,
+    Ready,
+    Rewire,
+    Shutdown,
+    State,
+    StepReport,
+    TokenReply,
+)
+from trserve.runtime.reports import committed_tokens, failure_report, finished_message, rss_bytes
 from trserve.runtime.runspec import RunSpec
 from trserve.runtime.transport import FRONTEND
 from trserve.runtime.worker import build_program, worker_main
@@ -99,7 +110,14 @@ class Dispatcher:
         entropy = None if reply.entropy is None else [reply.entropy]
         step = StepResult([reply.token_id], [reply.top_logprobs], entropy, request_ids=[reply.request_id])
         now = time.monotonic()
-        handoffs = flight.subs[model].complete(batch, step, now)
+        try:
+            handoffs = flight.subs[model].complete(batch, step, now)
+        except ProgramError as exc:  # a bug of the routing program: this request fails, the others go on
+            flight.subs[model].fail(batch)
+            del self.flights[reply.request_id]
+            failed = [Failed(reply.request_id, str(exc))]
+            self.mailbox.send(FRONTEND, failure_report(flight.subs[model], failed, 1))
+            return
         self.num_tokens += 1
         finished, num_handoffs = [], 0
         for dest, msg in handoffs:

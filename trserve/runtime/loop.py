@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Protocol, cast
 
-from trcore import Batch, PeerReq, Subserver
+from trcore import Batch, PeerReq, ProgramError, Subserver
 from trcore.adaptive import policy_for_vector
 from trcore.replicas import ReplicaTable
 from trserve.engine.types import Engine, EngineStepError, OverlappingEngine, StepItem, TokenOut
@@ -47,8 +47,7 @@ from trserve.runtime.transport import FRONTEND
 log = logging.getLogger(__name__)
 
 IDLE_POLL_S = 1.0  #: How long an idle loop sleeps between checks that its parent is alive.
-#: How long a request id stays remembered after an abort, so late hand-offs for it are dropped.
-TOMBSTONE_S = 600.0
+TOMBSTONE_S = 600.0  #: How long a request id stays remembered after an abort, so late hand-offs for it are dropped.
 
 
 class Outbox(Protocol):
@@ -61,9 +60,9 @@ class SubserverLoop:
     """Runs one model: ``run()`` returns after a :class:`Shutdown` message or when the parent process dies.
 
     The count its threshold table keys on arrives in :class:`Active` messages (0 until the first). A step that raises
-    :class:`~trserve.engine.types.EngineStepError` fails the requests the engine names as its culprits (the
-    others are stepped again without them), or the whole batch when it names none; any other exception ends
-    the process.
+    :class:`~trserve.engine.types.EngineStepError` fails the requests the engine names as its culprits (the others
+    are stepped again without them), or the whole batch when it names none; a routing program that breaks on a
+    step (:class:`~trcore.errors.ProgramError`) fails that step's requests; any other exception ends the process.
 
     With replicas (``table``), this loop runs replica ``replica`` of its model, and a hand-off to model ``m`` goes to
     the process of the request's pinned replica of ``m`` (``Request.extra[trcore.replicas.PIN_KEY]``)."""
@@ -121,8 +120,7 @@ class SubserverLoop:
             self.is_stopping = True
 
     def _wait_timeout(self) -> float:
-        """Until the queue's max-wait deadline, if any: anything else that can launch it (a request, a change of the
-        active count, a new policy) arrives as a message and ends the wait."""
+        """Until the queue's max-wait deadline, if any: anything else that can launch it arrives as a message."""
         deadline = self.sub.next_deadline() if self.sub.num_ready else None
         if deadline is None:
             return self.idle_poll_s
@@ -203,7 +201,10 @@ class SubserverLoop:
             return
         self._free_at = time.perf_counter()
         step_s = self._free_at - started
-        handoffs = self.sub.complete(batch, step_result(batch, outs), self.clock())
+        try:
+            handoffs = self.sub.complete(batch, step_result(batch, outs), self.clock())
+        except ProgramError as exc:  # a bug of the routing program: its step's requests fail, the model goes on
+            return self._fail_batch(batch, failed, str(exc))
         if failed:
             handoffs = [(dest, msg) for dest, msg in handoffs if msg.request_id not in failed]
             for rid in failed:
@@ -276,8 +277,7 @@ class SubserverLoop:
         return self.table.proc_of_request(model, extra)
 
     def _fail_unservable(self) -> None:
-        """Report the requests the core found too large for this model's whole KV cache (front ends refuse
-        those at admission; this covers any that got through)."""
+        """Report the requests the core found too large for this model's whole KV cache (admission refuses most)."""
         if unservable := self.sub.take_unservable():
             self._publish_pending()
             for req in unservable:
@@ -285,12 +285,12 @@ class SubserverLoop:
             failed = unservable_failures(self.sub, unservable)
             self.mailbox.send(FRONTEND, failure_report(self.sub, failed, 0, self.engine.kv_usage(), self.replica))
 
-    def _fail_batch(self, batch: Batch, messages: dict[str, str]) -> None:
+    def _fail_batch(self, batch: Batch, messages: dict[str, str], why: str | None = None) -> None:
         self._publish_pending()  # the previous step goes first
-        failed = []
+        why = why or f"model {self.model} failed"
         for req in batch.requests:
             self._forget(req.request_id)
-            failed.append(Failed(req.request_id, messages.get(req.request_id, f"model {self.model} failed")))
+        failed = [Failed(r.request_id, messages.get(r.request_id, why)) for r in batch.requests]
         self.sub.fail(batch)  # the batch will never complete; its requests are gone
         self.mailbox.send(FRONTEND, failure_report(self.sub, failed, batch.size, self.engine.kv_usage(), self.replica))
 
