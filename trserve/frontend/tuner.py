@@ -18,12 +18,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import signal
 import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import replace
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -174,7 +176,9 @@ class Tuner:
         span = self.controller.window.span_s
         self.g_measured.set(sum(n for _, n in self._tokens) / span if span > 0 else 0.0)
         est = self.controller.last_estimate
-        if est is not None:
+        if est is None:  # the window is too thin to estimate (idle, or starting): no concurrency to show
+            self.g_concurrency.set(float("nan"))
+        else:
             self.g_concurrency.set(est.concurrency)
             for i, row in enumerate(est.P):
                 for j, p in enumerate(row):
@@ -200,10 +204,37 @@ class Tuner:
                 "num_deferred": self.num_deferred}  # fmt: skip
 
 
+#: CPU seconds an ``auto`` solve may take exactly before it is redone sampled: exact solves near the ``auto``
+#: limits took 7-22 s at N = 24-28 (chains of tens of thousands of states, solved for several vectors and tables),
+#: holding the controller and its budget for minutes; sampled ones take 0.2-0.6 s.
+EXACT_CPU_LIMIT_S = 2.0
+
+
+class _OverCPU(Exception):
+    """The solve ran past :data:`EXACT_CPU_LIMIT_S`."""
+
+
+def _over_cpu(signum: int, frame: Any) -> None:
+    raise _OverCPU
+
+
 def timed_solve(job: SolveJob) -> tuple[Retune, float]:
-    """:func:`trcore.adaptive.solve` and the CPU seconds it took (run in the solver's process)."""
+    """:func:`trcore.adaptive.solve` and the CPU seconds it took (run in the solver's process, whose main thread
+    may take the profiling timer); an ``auto`` solve past :data:`EXACT_CPU_LIMIT_S` of CPU is redone sampled."""
     started = time.process_time()
-    retune = solve(job)
+    if job.config.method != "auto":
+        return solve(job), time.process_time() - started
+    previous = signal.signal(signal.SIGPROF, _over_cpu)
+    signal.setitimer(signal.ITIMER_PROF, EXACT_CPU_LIMIT_S)
+    try:
+        retune = solve(job)
+    except _OverCPU:
+        log.info("adaptive thresholds: exact solve over %.1f s of CPU at N=%d; sampling", EXACT_CPU_LIMIT_S,
+                 job.inputs.concurrency)  # fmt: skip
+        retune = solve(replace(job, config=replace(job.config, method="sampled")))
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
     return retune, time.process_time() - started
 
 

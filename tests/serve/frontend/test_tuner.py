@@ -134,3 +134,33 @@ def test_a_dead_solver_process_is_replaced_at_the_next_solve():
     assert t._pool is None  # a fresh process at the next solve, instead of failing every decision from now on
     assert t.pool().submit(int, "3").result() == 3
     t.stop()
+
+
+def test_an_auto_solve_over_its_cpu_limit_is_redone_sampled(monkeypatch):
+    from trserve.frontend import tuner as module
+
+    sent, clock = [], Clock()
+    t = tuner((8, 1), sent, clock)
+    feed(t)
+    t.controller.observe(t.builder.flush(5.0))
+    job = t.controller.plan(5.0)
+    assert job is not None and job.config.method == "auto"
+    quick, _ = module.timed_solve(job)
+    assert quick.method == "exact"  # N = 8: cheap, exact within the limit
+    monkeypatch.setattr(module, "EXACT_CPU_LIMIT_S", 1e-4)  # as an exact solve near the auto limits would run
+    capped, cpu_s = module.timed_solve(job)
+    assert capped.method == "sampled" and capped.new == quick.new and cpu_s > 0
+    assert module.signal.getitimer(module.signal.ITIMER_PROF) == (0.0, 0.0)  # the timer is off again
+
+
+def test_with_no_window_to_estimate_the_concurrency_reads_nan():
+    sent, clock = [], Clock()
+    t = tuner((1, 1), sent, clock)
+    feed(t)
+    clock.t = 5.0
+    asyncio.run(t.tick())
+    assert "tokenrouter_adaptive_concurrency 8.0" in generate_latest(t.registry).decode()
+    clock.t = 30.0  # idle since: the window empties
+    asyncio.run(t.tick())
+    assert "tokenrouter_adaptive_concurrency NaN" in generate_latest(t.registry).decode()
+    t.stop()
