@@ -236,9 +236,8 @@ class ServeConfig(StrictSection):
         if self.cluster is not None:
             _check_cluster(self.cluster, self.mode, self.models)
         check_memory(self.mode, self.backend, self.models, self.server.kv_admission, self.memory.policy)
-        for knob in ("auto", "adaptive"):  # the knobs of a thresholds mode not in force would do nothing
-            if getattr(self.batching, knob) != type(getattr(self.batching, knob))() and thresholds != knob:
-                raise ConfigError(f"batching.{knob}", f"tunes thresholds: {knob}; thresholds is {thresholds!r}")
+        if self.batching.adaptive != AdaptiveThresholdsConfig() and thresholds != "adaptive":  # it would do nothing
+            raise ConfigError("batching.adaptive", f"tunes thresholds: adaptive; thresholds is {thresholds!r}")
         fewest, active = min(m.max_num_seqs for m in self.models), self.server.max_active_requests
         if self.mode != "per-token" and active > fewest:
             raise ValueError(f"server.max_active_requests ({active}) must not exceed the models' max_num_seqs "

@@ -92,8 +92,7 @@ def probe_configs(base: Mapping[str, Any], tag: str, names: Sequence[str]) -> li
         return [ServeConfig.model_validate({**base, "mode": "routed"})]
     by_name = {m["name"]: m for m in base["models"]}
     router = {"program": "markov", "params": {"P": [[1.0]], "seed": 0}}
-    keep = {k: v for k, v in base["batching"].items() if k not in ("auto", "adaptive")}  # their knobs: no tuning here
-    batching = {**keep, "thresholds": None, "tables": None}
+    batching = {**base["batching"], "thresholds": None, "tables": None}
     return [
         ServeConfig.model_validate({**base, "mode": "routed", "models": [by_name[n]], "router": router,
                                     "entry_model": 0, "batching": batching})

@@ -83,7 +83,7 @@ class SamplingFields(BaseModel):
     # This server's extensions
     routing_extra: dict[str, Any] | None = None
     return_token_ids: bool = False
-    #: The model that committed each output token, in the answer (strict: ``"yes"`` or ``1`` is refused).
+    #: The model that committed each output token, in the answer (``"yes"``, ``1`` or ``null`` is refused).
     return_provenance: bool = False
     # Accepted, no effect on the output (they identify the caller)
     user: str | None = None
@@ -110,7 +110,7 @@ class SamplingFields(BaseModel):
         return value
 
     @field_validator("max_tokens", "temperature", "top_p", "stream", "min_tokens", "ignore_eos", "return_token_ids",
-                     "return_provenance", mode="before")  # fmt: skip
+                     mode="before")  # fmt: skip
     @classmethod
     def _null_is_the_default(cls, value: Any, info: ValidationInfo) -> Any:
         """``null`` (some clients send every field) means the field's default, as in OpenAI's and vLLM's APIs."""

@@ -39,7 +39,7 @@ def test_json_integers_are_numbers_where_a_number_is_asked() -> None:
 @pytest.mark.parametrize(
     ("field", "default"),
     [("temperature", 1.0), ("top_p", 1.0), ("stream", False), ("min_tokens", 0), ("ignore_eos", False),
-     ("return_token_ids", False), ("return_provenance", False), ("max_tokens", 16), ("seed", None)],
+     ("return_token_ids", False), ("max_tokens", 16), ("seed", None)],
 )  # fmt: skip
 def test_null_is_the_fields_default(field: str, default: object) -> None:
     assert getattr(parse(**{field: None}), field) == default

@@ -166,9 +166,7 @@ def test_max_active_must_fit_every_engine():
      ({"batching": {"thresholds": "adaptive", "adaptive": {"change_window_s": 50}}},
       "batching.adaptive.change_window_s: must be finite and >= 0 and below window_s (10.0), got 50.0"),
      ({"batching": {"thresholds": [1, 2], "adaptive": {"window_s": 3}}},
-      "batching.adaptive: tunes thresholds: adaptive; thresholds is [1, 2]"),
-     ({"batching": {"thresholds": "adaptive", "auto": {"concurrency": 32}}},
-      "batching.auto: tunes thresholds: auto; thresholds is 'adaptive'")],
+      "batching.adaptive: tunes thresholds: adaptive; thresholds is [1, 2]")],
 )  # fmt: skip
 def test_settings_that_would_do_nothing_or_never_decide_are_refused(changes, message):
     with pytest.raises(ValueError, match=re.escape(message)):
