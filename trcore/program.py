@@ -146,10 +146,10 @@ def checked_routing(program: RoutingProgram, step: StepResult, batch: Batch) -> 
         lengths = f"{len(dests)} destinations" + ("" if keep is None else f" and {len(keep)} keep flags")
         raise ProgramError(program.name, f"route() returned {lengths} for a batch of {size}")
     out = [int(d) if isinstance(d, numbers.Integral) and not isinstance(d, bool) else -1 for d in dests]
-    if any(not 0 <= d < program.num_models for d in out):
-        bad = next(d for d, o in zip(dests, out, strict=True) if not 0 <= o < program.num_models)
+    bad = next((k for k, d in enumerate(out) if not 0 <= d < program.num_models), None)
+    if bad is not None:
         last = program.num_models - 1
-        raise ProgramError(program.name, f"route() returned destination {bad!r}; models are 0..{last}")
+        raise ProgramError(program.name, f"route() returned destination {dests[bad]!r}; models are 0..{last}")
     for req, kept in zip(batch.requests, keep or (), strict=False):
         if not kept and req.steps_without_token >= MAX_STEPS_WITHOUT_TOKEN:
             stuck = f"request {req.request_id} has gained no token in {MAX_STEPS_WITHOUT_TOKEN:,} steps in a row"

@@ -99,10 +99,9 @@ def demo(
     from trserve.server.process import free_port
 
     cfg = _load(config, "127.0.0.1", port or free_port(), pair=pair)
-    context = min(m.max_model_len for m in cfg.models)
-    if max_tokens >= context:
+    if max_tokens >= cfg.max_model_len:
         raise ConfigError("--max-tokens", f"{max_tokens} leaves no room for a prompt in the models' context of "
-                          f"{context} tokens (max_model_len)")  # fmt: skip
+                          f"{cfg.max_model_len} tokens (max_model_len)")  # fmt: skip
     status = run_demo(
         cfg,
         lambda line: typer.echo(line, err=line.startswith("error:")),

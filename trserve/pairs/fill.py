@@ -46,11 +46,17 @@ def own_params(params: Mapping[str, Any], pair: str | None) -> dict[str, Any]:
     return out
 
 
+def with_pair_router(program: str, params: Mapping[str, Any], pair: Pair | str | None) -> dict[str, Any]:
+    """``params`` with ``pair``'s own router weights where a learned program (r2r, citer) names none."""
+    out = dict(params)
+    if program in LEARNED_PROGRAMS and out.get("router") is None and pair is not None:
+        out["router"] = str((load_pair(pair) if isinstance(pair, str) else pair).router_path(program))
+    return out
+
+
 def _router(router: dict[str, Any], pair: Pair) -> dict[str, Any]:
     program = router.get("program", "rstitch")
-    params = dict(router.get("params") or {})
-    if program in LEARNED_PROGRAMS and params.get("router") is None:
-        params["router"] = str(pair.router_path(program))
+    params = with_pair_router(program, router.get("params") or {}, pair)
     if program == "markov" and "P" not in params:
         stats = pair.spec.routing_stats()
         if stats is None:

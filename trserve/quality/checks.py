@@ -13,7 +13,7 @@ from typing import Any
 from trcore import PROGRAMS
 from trcore.errors import ConfigError
 from trserve.config import ServeConfig
-from trserve.quality.generate import routed_params
+from trserve.pairs.fill import with_pair_router
 from trserve.quality.sweep import SweepPoint
 from trsim.pairs import load_pair
 
@@ -39,7 +39,7 @@ def check_points(points: Iterable[SweepPoint], pair: str | None, num_models: int
     """Build every point's routing program on every model, as the server will: bad parameters (``tau=nan``, an
     unknown key, a threshold out of range, a pair without the router) are refused naming ``option``."""
     for point in points:
-        params = routed_params(point.program, point.params, pair)
+        params = with_pair_router(point.program, point.params, pair)
         try:
             for model in range(num_models):
                 PROGRAMS.create(point.program, model, num_models, **params)

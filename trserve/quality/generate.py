@@ -21,10 +21,9 @@ from trserve.crossval.harness import CrossvalFrontEnd, crossval_server
 from trserve.crossval.messages import ProgramChoice
 from trserve.engine.tokenizer import Tokenizer
 from trserve.frontend.app import ServerContext, create_app
-from trserve.pairs.fill import LEARNED_PROGRAMS
+from trserve.pairs.fill import with_pair_router
 from trserve.runtime.runspec import resolve_model_path
 from trserve.server.launch import LaunchError
-from trsim.pairs import load_pair
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +41,6 @@ class Answer:
 
     def num_by_model(self, num_models: int) -> list[int]:
         return [sum(1 for m in self.models if m == k) for k in range(num_models)]
-
-
-def routed_params(program: str, params: Mapping[str, Any], pair: str | None) -> dict[str, Any]:
-    """``params`` as the server needs them: a learned router (r2r, citer) naming no weights gets its pair's, as a
-    config's ``pair:`` fills them in (:mod:`trserve.pairs.fill`); recorded rows keep ``params`` as swept."""
-    out = dict(params)
-    if program in LEARNED_PROGRAMS and out.get("router") is None and pair is not None:
-        out["router"] = str(load_pair(pair).router_path(program))
-    return out
 
 
 class AnswerServer:
@@ -81,7 +71,7 @@ class AnswerServer:
         """Answer every prompt (greedy, ``concurrency`` in flight) with ``program(**params)`` on every model (r2r's
         and citer's router: the config pair's unless ``params`` name one);
         TimeoutError after ``timeout_s`` (a stuck run must not hold the measurement lock)."""
-        choice = ProgramChoice.of(program, routed_params(program, params, self.cfg.pair))
+        choice = ProgramChoice.of(program, with_pair_router(program, params, self.cfg.pair))
         choice.create(0, self.cfg.num_models)  # bad parameters fail here, not in a worker
         for m in range(self.cfg.num_models):
             await self.frontend.reconfigure(m, program=choice)

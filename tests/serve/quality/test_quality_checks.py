@@ -13,7 +13,8 @@ import pytest
 import trserve.quality.run as run
 from trcore.errors import ConfigError
 from trserve.config import ServeConfig
-from trserve.quality.checks import check_points, routed_params
+from trserve.pairs.fill import with_pair_router
+from trserve.quality.checks import check_points
 from trserve.quality.evalset import load_questions
 from trserve.quality.sweep import SweepPoint, grid_points
 from trserve.server.defaults import DEFAULT_CONFIG, default_config
@@ -44,8 +45,8 @@ def test_measure_quality_refuses_models_without_checkpoints() -> None:
 
 def test_learned_routers_get_their_pairs_weights() -> None:
     router = str(load_pair("local-smollm2").router_path("r2r"))
-    assert routed_params("r2r", {"threshold": 0.3}, "local-smollm2") == {"threshold": 0.3, "router": router}
-    assert routed_params("rstitch", {"tau": 1.0}, "local-smollm2") == {"tau": 1.0}
+    assert with_pair_router("r2r", {"threshold": 0.3}, "local-smollm2") == {"threshold": 0.3, "router": router}
+    assert with_pair_router("rstitch", {"tau": 1.0}, "local-smollm2") == {"tau": 1.0}
     check_points(grid_points(["rstitch", "r2r", "citer", "colllm"]), "local-smollm2", 2, "--program")
     with pytest.raises(ConfigError, match=r"--points: r2r .*needs a trained router"):
         check_points([SweepPoint("r2r", "r2r", {"threshold": 0.3})], None, 2, "--points")

@@ -48,6 +48,15 @@ class VocabHashEngine(HashEngine):
         return super().step(items)
 
 
+def read_reports(box: Inbox, outputs: dict[str, list[int]], failures: dict[str, str]) -> None:
+    """Take what the loop sent: finished requests' tokens into ``outputs``, failed ones' messages into ``failures``."""
+    for _, msg in box.sent:
+        if isinstance(msg, StepReport):
+            outputs.update({f.request_id: list(f.token_ids) for f in msg.finished})
+            failures.update({f.request_id: f.message for f in msg.failed})
+    box.sent.clear()
+
+
 def run(engine: Engine, prompts: dict[str, list[int]], inject: dict[str, list[int]], max_tokens: int = 12):
     """Serve ``prompts`` on one loop; after three steps ``inject`` joins them. Returns outputs and failures."""
     box = Inbox()
@@ -65,11 +74,7 @@ def run(engine: Engine, prompts: dict[str, list[int]], inject: dict[str, list[in
         if step == 3:
             box.queue += [message(rid, p) for rid, p in inject.items()]
         loop.run_once()
-        for _, msg in box.sent:
-            if isinstance(msg, StepReport):
-                outputs.update({f.request_id: list(f.token_ids) for f in msg.finished})
-                failures.update({f.request_id: f.message for f in msg.failed})
-        box.sent.clear()
+        read_reports(box, outputs, failures)
         if len(outputs) + len(failures) == len(prompts) + len(inject):
             assert not sub.requests
             return outputs, failures

@@ -4,12 +4,11 @@ until the server stopped serving)."""
 
 from __future__ import annotations
 
-from tests.serve.runtime.test_isolation import Inbox
+from tests.serve.runtime.test_isolation import Inbox, read_reports
 from trcore import CLIENT, BatchingPolicy, PeerReq, RequestSpec, Subserver
 from trcore.programs.schedule import ScheduleProgram
 from trserve.engine.hash import HashEngine
 from trserve.runtime.loop import SubserverLoop
-from trserve.runtime.messages import StepReport
 
 
 class Fragile(ScheduleProgram):
@@ -37,11 +36,7 @@ def test_a_program_error_fails_its_step_and_the_loop_serves_on():
     for step in range(40):
         box.queue += arrivals.get(step, [])
         loop.run_once()
-        for _, msg in box.sent:
-            if isinstance(msg, StepReport):
-                finished.update({f.request_id: list(f.token_ids) for f in msg.finished})
-                failed.update({f.request_id: f.message for f in msg.failed})
-        box.sent.clear()
+        read_reports(box, finished, failed)
     assert set(finished) == {"early", "late"} and len(finished["late"]) == 4
     assert failed == {"boom": "router.fragile: route() raised ValueError: cannot route boom"}
     assert not sub.requests and sub.running is None
