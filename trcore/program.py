@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import numbers
+import os
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
@@ -104,11 +107,33 @@ class ProgramRegistry:
         return decorate
 
     def get(self, name: str) -> type[RoutingProgram]:
-        try:
+        """The program registered as ``name``, or a user's class by import path (``"package.module:ClassName"``,
+        the module looked up from the current directory too, as uvicorn does); anything else is a ConfigError
+        listing the valid names."""
+        if name in self._programs:
             return self._programs[name]
-        except KeyError:
-            valid = ", ".join(sorted(self._programs)) or "(none)"
-            raise ConfigError("router", f"unknown routing program {name!r}; valid: {valid}") from None
+        if ":" in name:
+            return self._import(name)
+        valid = ", ".join(sorted(self._programs)) or "(none)"
+        raise ConfigError(
+            "router", f"unknown routing program {name!r}; valid: {valid}, or a 'package.module:ClassName' of your own"
+        )
+
+    def _import(self, path: str) -> type[RoutingProgram]:
+        module_name, _, attr = path.partition(":")
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as exc:  # ImportError, or the user's module failing as it loads
+            raise ConfigError("router.program", f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from None
+        cls = getattr(module, attr, None)
+        if not (isinstance(cls, type) and issubclass(cls, RoutingProgram)):
+            raise ConfigError("router.program", f"{path!r} is not a RoutingProgram subclass")
+        if "name" not in vars(cls):  # not registered under a name of its own (it may subclass a built-in)
+            cls.name = path
+        self._programs[path] = cls
+        return cls
 
     def names(self) -> list[str]:
         return sorted(self._programs)

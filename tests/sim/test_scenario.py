@@ -1,5 +1,6 @@
 """Scenario files: the shipped examples run; malformed files fail with an error naming the field."""
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,17 @@ def test_trace_replay_scenario(tmp_path):
     result = simulate(scenario_config(load_scenario(path), tmp_path))
     assert result.num_finished == 4 and result.committed_tokens == 2 * (2 + 2)
     assert result.handoffs_per_token == pytest.approx(2 * 2 / 8)  # a: SLM -> LLM -> SLM, twice
+
+
+def test_a_users_program_by_import_path_drives_the_simulation(tmp_path, monkeypatch):
+    (tmp_path / "sim_user_routing.py").write_text(
+        "from trcore import RoutingProgram\nfrom trcore.step import Routing\n\n\n"
+        "class Alternate(RoutingProgram):\n"
+        "    def route(self, step):\n"
+        "        return Routing([(self.model + 1) % self.num_models] * len(step.token_ids))\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    path = write(tmp_path, MODELS + 'router: {program: "sim_user_routing:Alternate"}\n')
+    result = simulate(scenario_config(load_scenario(path), tmp_path), tokens=2000)
+    assert result.committed_tokens >= 2000 and result.handoffs_per_token == pytest.approx(1.0)

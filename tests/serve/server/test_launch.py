@@ -35,6 +35,7 @@ def _nowhere(config):
     [
         (lambda c: {**c, "mode": "sideways"}, "mode"),
         (lambda c: {**c, "router": {"program": "nope"}}, "unknown routing program 'nope'"),
+        (lambda c: {**c, "router": {"program": "no_such_module:P"}}, "router.program: cannot import 'no_such_module'"),
         (lambda c: {**c, "batching": {"thresholds": [1]}}, "one entry per model"),
         (_nowhere, "models.0.path"),
     ],
