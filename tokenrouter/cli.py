@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 app = typer.Typer(
@@ -63,9 +65,28 @@ def _register() -> None:
 _register()
 
 
+# click's exception classes, wherever this typer keeps them (its own copy of click, or click itself)
+_USAGE_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+_CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point. Click's own usage errors (an unknown option, a value of the wrong type or out
+    of range, a missing argument) are one line with exit status 2, like every other bad input."""
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(prog_name="tokenrouter", standalone_mode=False)
+    except _CLICK_ERROR as exc:
+        if isinstance(exc, _USAGE_ERROR) and type(exc).__name__ != "NoArgsIsHelpError":  # that one shows help
+            where = exc.ctx.command_path if exc.ctx is not None else "tokenrouter"
+            print(f"error: {exc.format_message()} (see '{where} --help')", file=sys.stderr)
+        else:
+            exc.show()
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        print("Aborted!", file=sys.stderr)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":
