@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn, TypeVar
 
 import typer
@@ -53,3 +54,15 @@ def cli_errors(fn: F) -> F:
             raise
 
     return wrapper  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def named_as_options(*fields: str) -> Iterator[None]:
+    """A ConfigError about one of ``fields`` (the library's parameter names, e.g. ``small_layers``) names the
+    command-line option the user typed instead (``--small-layers``)."""
+    try:
+        yield
+    except ConfigError as exc:
+        if exc.field not in fields:
+            raise
+        raise ConfigError("--" + exc.field.replace("_", "-"), exc.problem) from None

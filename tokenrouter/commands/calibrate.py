@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from tokenrouter.errors import cli_errors
+from tokenrouter.errors import cli_errors, named_as_options
 from trcore.errors import ConfigError
 
 
@@ -48,14 +48,16 @@ def calibrate(
         "repeats": repeats,
         "max_cell_tokens": max_cell_tokens,
     }
-    grid = grid_from_options(quick, **chosen)
+    with named_as_options(*chosen):
+        grid = grid_from_options(quick, **chosen)
     names = [n.strip() for n in models.split(",") if n.strip()] if models is not None else None
     if names == []:
         raise ConfigError("--models", f"names no model, got {models!r} (leave it out to profile every model)")
     cfg = _load(config, None, None)
     command = "tokenrouter calibrate " + shlex.join(_given(locals_=locals()))
     given = [k for k, v in chosen.items() if v is not None]
-    check_request(cfg, grid, names, given)
+    with named_as_options(*chosen, "models"):
+        check_request(cfg, grid, names, given)
     try:
         with _ProgressView() as view:
             written = run(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from tokenrouter.errors import cli_errors
+from tokenrouter.errors import cli_errors, named_as_options
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)
 
@@ -40,7 +40,9 @@ def prepare(
     """Build the large (SmolLM2-135M-Instruct, dequantized) and small (layer cut) checkpoints, once."""
     from trserve.modelprep.pair import prepare_pair
 
-    result = prepare_pair(data_dir, small_layers=small_layers, small_head=small_head, force=force, report=typer.echo)
+    echo = typer.echo
+    with named_as_options("small_layers", "small_head"):
+        result = prepare_pair(data_dir, small_layers=small_layers, small_head=small_head, force=force, report=echo)
     if all(action == "up to date" for action in result.actions.values()):
         typer.echo("nothing to do: both models are present and match their manifests")
     typer.echo(f"large: {result.large}\nsmall: {result.small}")

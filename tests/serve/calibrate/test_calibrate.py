@@ -32,10 +32,10 @@ def write_config(tmp_path, large: str, small: str) -> str:
 
 @pytest.mark.parametrize(
     ("args", "field"),
-    [(["--models", "medium"], "models"), (["--models", ","], "--models: names no model"),
+    [(["--models", "medium"], "--models"), (["--models", ","], "--models: names no model"),
      (["--batch-sizes", "0,2"], "--batch-sizes"), (["--batch-sizes", "two"], "--batch-sizes"),
-     (["--batch-sizes", "1,32"], "batch_sizes"),
-     (["--contexts", "64,512"], "contexts"), (["--repeats", "0"], "repeats"), (["--extend", "600"], "extend")],
+     (["--batch-sizes", "1,32"], "--batch-sizes"), (["--max-cell-tokens", "0"], "--max-cell-tokens"),
+     (["--contexts", "64,512"], "--contexts"), (["--repeats", "0"], "--repeats"), (["--extend", "600"], "--extend")],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_exit_2_before_any_engine_starts(tmp_path, args, field):
     config = write_config(tmp_path, str(tmp_path / "no-large"), str(tmp_path / "no-small"))

@@ -94,11 +94,11 @@ def test_bad_names_and_layer_counts_are_config_errors():
 def test_cli_bad_input_is_one_line_exit_2(tmp_path):
     result = CliRunner().invoke(app, ["prepare", "--data-dir", str(tmp_path), "--small-layers", "0"])
     assert result.exit_code == 2
-    assert result.output.strip().splitlines() == ["error: small_layers: must be between 1 and 29, got 0"]
+    assert result.output.strip().splitlines() == ["error: --small-layers: must be between 1 and 29, got 0"]
     result = CliRunner().invoke(app, ["prepare", "--data-dir", str(tmp_path), "--small-head", "wide"])
     assert (result.exit_code, result.output.strip()) == (
         2,
-        "error: small_head: unknown head 'wide'; valid: fitted, tied",
+        "error: --small-head: unknown head 'wide'; valid: fitted, tied",
     )
 
 
