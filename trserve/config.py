@@ -130,7 +130,9 @@ class ServerConfig(StrictSection):
     api_key: str | None = None
     api_key_env: str = "TOKENROUTER_API_KEY"
     max_active_requests: int = Field(64, ge=1)
-    max_waiting_requests: int = Field(256, ge=0)
+    #: Requests waiting beyond ``max_active_requests`` before new ones get 429 (``Retry-After``); ``None`` (the
+    #: default): no bound, every request queues, as vLLM's own server does.
+    max_waiting_requests: int | None = Field(None, ge=0)
     #: Admit by KV headroom: while the entry model's core keeps a new request waiting for memory (its spill policy
     #: found no room worth making), further requests wait in the front end's queue, not on the model
     #: (:mod:`trserve.frontend.kv_gate`). Routed mode with KV accounting only. Off by default: on and off side

@@ -48,7 +48,7 @@ class FrontEnd(Inbound):
         num_subservers: int,
         metrics: Metrics,
         max_active: int,
-        max_waiting: int,
+        max_waiting: int | None,
         keys: CurveKeys | None = None,
         pinning: Pinning | None = None,
         kv_admission: bool = False,
@@ -130,7 +130,7 @@ class FrontEnd(Inbound):
             raise Unavailable(f"the server is not serving: {self.why_down()}", retry_after_s=5)
         gen = Generation(spec, prompt_token_ids, extra, last_progress=time.monotonic())
         if self.down or self.waiting or not self._has_room():  # while a model restarts, requests wait for it
-            if len(self.waiting) >= self.max_waiting:
+            if self.max_waiting is not None and len(self.waiting) >= self.max_waiting:
                 self.metrics.requests.labels("rejected").inc()
                 if self.down:
                     raise Unavailable(f"the server is restarting: {self.why_down()}", retry_after_s=5)

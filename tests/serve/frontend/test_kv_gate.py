@@ -119,3 +119,20 @@ def test_kv_admission_where_it_would_do_nothing_is_refused_naming_why(changes, w
     with pytest.raises(ValueError, match=f"server.kv_admission needs mode 'routed'.*{why}"):
         ServeConfig.model_validate({"models": models, "server": {"kv_admission": True}, **changes})
     assert ServeConfig.model_validate({"models": models, **changes}).server.kv_admission is False
+
+
+def test_by_default_the_front_end_queues_every_request_as_vllm_does(tmp_path):
+    from trserve.config import ServerConfig
+
+    assert ServerConfig().max_waiting_requests is None
+
+    async def scenario() -> None:
+        procs = Processes(tmp_path, ReplicaTable((1, 1)))
+        fe = procs.fe
+        fe.max_active, fe.max_waiting = 1, ServerConfig().max_waiting_requests
+        for i in range(1000):
+            procs.submit(f"r{i}")
+        assert fe.num_active == 1 and len(fe.waiting) == 999
+        await procs.close()
+
+    asyncio.run(scenario())
