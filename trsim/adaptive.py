@@ -15,7 +15,7 @@ import simpy
 from trcore import CLIENT, Batch, ConfigError, PeerReq
 from trcore.adaptive import AdaptiveConfig, AdaptiveController, Retune
 from trcore.adaptive_window import ObservationBuilder
-from trsim.clock import TICKS_PER_S, to_ticks
+from trsim.clock import MAX_SPAN_S, TICKS_PER_S, to_ticks
 
 #: The shortest time between decisions (a tick of nanoseconds would decide a billion times a simulated second).
 MIN_TICK_S = 1e-3
@@ -35,10 +35,10 @@ class AdaptiveSimConfig:
     context_tokens: int = 256
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.tick_s) and self.tick_s >= MIN_TICK_S):
-            raise ConfigError("adaptive.tick_s", f"must be finite and >= {MIN_TICK_S} s, got {self.tick_s}")
-        if not (math.isfinite(self.solve_delay_s) and self.solve_delay_s >= 0):
-            raise ConfigError("adaptive.solve_delay_s", f"must be finite and >= 0, got {self.solve_delay_s}")
+        if not (math.isfinite(self.tick_s) and MIN_TICK_S <= self.tick_s <= MAX_SPAN_S):
+            raise ConfigError("adaptive.tick_s", f"must be in [{MIN_TICK_S}, {MAX_SPAN_S:g}] s, got {self.tick_s}")
+        if not (math.isfinite(self.solve_delay_s) and 0 <= self.solve_delay_s <= MAX_SPAN_S):
+            raise ConfigError("adaptive.solve_delay_s", f"must be in [0, {MAX_SPAN_S:g}] s, got {self.solve_delay_s}")
         if self.context_tokens < 0:
             raise ConfigError("adaptive.context_tokens", f"must be >= 0, got {self.context_tokens}")
 

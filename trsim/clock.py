@@ -9,6 +9,8 @@ from simpy.events import NORMAL, Event
 TICKS_PER_S = 1_000_000_000
 #: Priority of the simulator's launch decisions: after every completion and delivery at the same instant.
 LATE = NORMAL + 1
+#: The longest span a run, phase or timer may be given (about 32 years; 1e300 s overflowed the tick count).
+MAX_SPAN_S = 1e9
 
 
 def to_ticks(seconds: float) -> int:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from trcore import BatchingPolicy, ConfigError, InfeasibleError
 from trcore.routers import validate_keep_matrix, validate_matrix
 from trsim.adaptive import AdaptiveSimConfig
+from trsim.clock import MAX_SPAN_S
 from trsim.kv import KVSimConfig
 from trsim.latency import LatencyModel, QuantizedModel
 from trsim.phases import Phase
@@ -124,6 +125,10 @@ class SimConfig:
             raise ConfigError("kv", f"need one KV budget per model ({self.num_models}), got {len(self.kv.budgets)}")
         for k, phase in enumerate(self.phases):
             _check_phase(f"phases[{k}]", phase, self.num_models)
+            if phase.output_tokens is not None and self.workload.pairs is not None:  # pairs fix every length
+                raise ConfigError(
+                    f"phases[{k}].output_tokens", "the workload's length pairs (lengths_file) set every request's"
+                )
 
     @property
     def num_models(self) -> int:
@@ -192,8 +197,8 @@ def _check_costs(name: str, given: float | tuple[float, ...], num_models: int) -
 
 def _check_phase(where: str, phase: Phase, num_models: int) -> None:
     """A phase's values, checked before the run reaches it (a bad one would fail mid-run, or be ignored)."""
-    if not (math.isfinite(phase.duration_s) and phase.duration_s > 0):
-        raise ConfigError(f"{where}.duration_s", f"must be finite and > 0, got {phase.duration_s}")
+    if not (math.isfinite(phase.duration_s) and 0 < phase.duration_s <= MAX_SPAN_S):
+        raise ConfigError(f"{where}.duration_s", f"must be > 0 and at most {MAX_SPAN_S:g} s, got {phase.duration_s}")
     if phase.P is not None:
         validate_matrix(f"{where}.router.P", phase.P, num_models, stochastic=True)
     if phase.C is not None:

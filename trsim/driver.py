@@ -23,7 +23,7 @@ from trcore.replicas import ReplicaTable
 from trsim.adaptive import AdaptiveDriving
 from trsim.baselines import PerTokenLatency
 from trsim.chrome import StepRecord
-from trsim.clock import LATE, TICKS_PER_S, cost_ticks, fire, to_ticks
+from trsim.clock import LATE, MAX_SPAN_S, TICKS_PER_S, cost_ticks, fire, to_ticks
 from trsim.config import SimConfig
 from trsim.driver_memory import MemoryDriving
 from trsim.driver_results import ResultReporting
@@ -123,9 +123,9 @@ class Simulation(MemoryDriving, ThresholdDriving, ResultReporting):
         counts tokens after the first ``warmup_tokens``, or from ``warmup_s`` on (a real run's measured window)."""
         if tokens is None and time_s is None and not self.config.workload.is_finite and not self.phasing:
             raise ConfigError("run", "give a token or time limit, or a workload with num_sessions")
-        for name, value in (("tokens", tokens), ("time_s", time_s)):
-            if value is not None and not value > 0:
-                raise ConfigError(name, f"must be > 0, got {value}")
+        for name, value, most in (("tokens", tokens, math.inf), ("time_s", time_s, MAX_SPAN_S)):
+            if value is not None and not 0 < value <= most:
+                raise ConfigError(name, f"must be > 0 and at most {most:g}, got {value}")
         if warmup_tokens < 0 or (tokens is not None and warmup_tokens >= tokens):
             raise ConfigError("warmup_tokens", "must be >= 0 and below the token limit")
         self._check_warmup_s(warmup_s, warmup_tokens, time_s)

@@ -139,7 +139,7 @@ class PhaseDriving:
             sim.apply_thresholds(phase.thresholds)
 
     def _close(self, k: int, phase: Phase, start: int, committed: int) -> None:
-        sim = self.sim
+        sim, workload = self.sim, self.sim.workload.config
         seconds = (sim.env.now - start) / TICKS_PER_S
         tokens = sim.committed - committed
         self.records.append(
@@ -150,7 +150,7 @@ class PhaseDriving:
                 "committed_tokens": tokens,
                 "throughput_tok_s": tokens / seconds if seconds > 0 else 0.0,
                 "thresholds": list(sim.thresholds_in_force()),
-                "concurrency": sim.workload.config.concurrency,
+                "concurrency": workload.concurrency if workload.arrival == "closed" else None,  # open: no N
                 "P": [list(r) for r in self._P] if self._P else None,
             }
         )

@@ -22,8 +22,9 @@ import math
 
 from pydantic import Field, model_validator
 
+from trsim.clock import MAX_SPAN_S
 from trsim.scenario_phases import PhaseRouterSpec, PhaseSpec
-from trsim.scenario_types import Positive, Strict
+from trsim.scenario_types import Strict
 
 Matrix = list[list[float]]
 
@@ -57,7 +58,7 @@ class DiurnalRouter(Strict):
 class DiurnalSpec(Strict):
     """One or more periods of a cosine day, each cut into ``steps`` phases (see the module docstring)."""
 
-    period_s: Positive
+    period_s: float = Field(gt=0, le=MAX_SPAN_S)
     steps: int = Field(default=12, ge=2, le=1000)
     periods: int = Field(default=1, ge=1, le=100)
     concurrency: DiurnalConcurrency | None = None

@@ -11,6 +11,7 @@ from pydantic import Field
 from trcore import ConfigError
 from trcore.adaptive import AdaptiveConfig
 from trsim.adaptive import AdaptiveSimConfig
+from trsim.clock import MAX_SPAN_S
 from trsim.phases import Phase
 from trsim.scenario_types import Length, Positive, Strict, length_dist
 
@@ -26,7 +27,7 @@ class PhaseRouterSpec(Strict):
 class PhaseSpec(Strict):
     """One span of the run: ``duration_s`` and any of ``router: {P, C}``, ``concurrency``, ``output_tokens``."""
 
-    duration_s: Positive
+    duration_s: float = Field(gt=0, le=MAX_SPAN_S)
     router: PhaseRouterSpec | None = None
     concurrency: int | None = Field(default=None, ge=1)
     output_tokens: Length | None = None
@@ -49,8 +50,8 @@ class AdaptiveSpec(Strict):
     gain_sigma: float = Field(default=2.0, ge=0)
     method: Literal["auto", "sampled", "exact"] = "auto"
     max_candidates: int = Field(default=256, ge=1)
-    tick_s: Positive = 1.0
-    solve_delay_s: float = Field(default=0.0, ge=0)
+    tick_s: float = Field(default=1.0, gt=0, le=MAX_SPAN_S)
+    solve_delay_s: float = Field(default=0.0, ge=0, le=MAX_SPAN_S)
     seed: int = 0
 
 

@@ -72,13 +72,21 @@ def grid(
     return points
 
 
-def run_point(config: SimConfig, point: SweepPoint, tokens: int, warmup_tokens: int = 0) -> dict[str, Any]:
-    """Simulate one point; returns a flat JSON-ready row."""
+#: Committed tokens per point where none are given and the scenario has no phases to end its run.
+DEFAULT_TOKENS = 50_000
+
+
+def run_point(config: SimConfig, point: SweepPoint, tokens: int | None, warmup_tokens: int = 0) -> dict[str, Any]:
+    """Simulate one point for ``tokens`` committed tokens (None: a scenario with phases to its last phase, else
+    :data:`DEFAULT_TOKENS`); returns a flat JSON-ready row (``cut_short``: phases the token limit ended early)."""
     if point.concurrency is not None:
         config = config.with_concurrency(point.concurrency)
     cfg = config.with_thresholds(point.thresholds)
-    result = simulate(cfg, tokens=tokens, warmup_tokens=warmup_tokens)
+    limit = tokens if tokens is not None or config.phases else DEFAULT_TOKENS
+    result = simulate(cfg, tokens=limit, warmup_tokens=warmup_tokens)
     row = asdict(point)
+    if config.phases:
+        row["cut_short"] = any(phase.get("cut_short", False) for phase in result.extra["phases"])
     row["thresholds"] = list(point.thresholds)
     row.update({k: v for k, v in result.to_dict().items() if k not in ("models", "extra")})
     row["busy_fraction"] = [m.busy_fraction for m in result.models]
@@ -89,7 +97,7 @@ def run_point(config: SimConfig, point: SweepPoint, tokens: int, warmup_tokens: 
 def run_sweep(
     configs: Mapping[str, SimConfig],
     points: Iterable[SweepPoint],
-    tokens: int,
+    tokens: int | None,
     *,
     jobs: int = 1,
     warmup_tokens: int = 0,

@@ -96,6 +96,8 @@ def build_config(
                 err=True,
             )
         if workload is not None:  # the preset's request shape; the scenario's arrivals, sessions and pacing stay
+            if config.workload.pairs is not None:  # they would replace the preset's lengths unsaid
+                raise ConfigError("--workload", f"{scenario}'s length pairs (lengths_file) set every request's lengths")
             shape = preset(workload)
             config = replace(config, workload=replace(config.workload, **{k: getattr(shape, k) for k in SHAPE}))
     else:
@@ -155,6 +157,7 @@ def simulate(
 
     from trsim.baselines import apply_baseline
     from trsim.driver import Simulation
+    from trsim.sweep import concurrency_set_by_scenario
 
     config, spec = build_config(scenario, P, C, latency_ms, workload, concurrency, thresholds, quantum_ms, seed, pair)
     chosen = baseline or (spec.baseline if spec is not None else "tokenrouter")
@@ -172,7 +175,8 @@ def simulate(
     _write_outputs(sim, chrome_trace, trace_out)
     summary = {"baseline": chosen, **result.to_dict()}
     summary["thresholds"] = list(sim.thresholds_in_force())  # at the end of the run
-    summary["concurrency"] = config.workload.concurrency if config.workload.arrival == "closed" else None
+    # None where the scenario sets it (an open loop; phases with their own: each phase lists its N)
+    summary["concurrency"] = None if concurrency_set_by_scenario(config) else config.workload.concurrency
     summary["adaptive"] = config.adaptive is not None
     for key in ("phases", "switches"):
         if key in result.extra:
@@ -208,7 +212,9 @@ def sweep(
     workload: str = typer.Option(None, "--workload", help="Workload preset (endless, short-reasoning, ...)."),
     concurrency: str = typer.Option(None, "--concurrency", "-N", help="Concurrencies, e.g. '1,2,4,8' [16]."),
     thresholds: str = typer.Option("all", "--thresholds", help="'all' feasible vectors, or e.g. '1,1;2,1;4,1'."),
-    tokens: int = typer.Option(50_000, "--tokens", help="Committed tokens per run."),
+    tokens: int = typer.Option(
+        None, "--tokens", help="Committed tokens per run [50000; a scenario with phases: to its last phase]."
+    ),
     seed: int = typer.Option(None, "--seed", help="Random seed [0]."),
     jobs: int = typer.Option(None, "--jobs", "-j", help="Worker processes [CPU count]."),
     out: Path = typer.Option(Path("out/sweep"), "--out", help="Folder for sweep.json and sweep.png."),
@@ -220,9 +226,10 @@ def sweep(
     from rich.progress import Progress
 
     from trsim.plot import plot_sweep
-    from trsim.sweep import best_thresholds, grid, run_sweep
+    from trsim.sweep import DEFAULT_TOKENS, best_thresholds, grid, run_sweep
 
-    opt.check_positive(tokens, "--tokens")
+    if tokens is not None:
+        opt.check_positive(tokens, "--tokens")
     concurrencies = opt.parse_ints("16" if concurrency is None else concurrency, "--concurrency")
     configs = {}
     for path in scenario or [None]:
@@ -237,7 +244,8 @@ def sweep(
     if with_model and scenario is None:
         _add_model(rows, *opt.pair_defaults(pair or opt.ANALYTIC_PAIR, P, C, latency_ms), quantum_ms)
     out.mkdir(parents=True, exist_ok=True)
-    result = {"points": rows, "tokens_per_run": tokens, "runner": runner.describe()}
+    per_run = tokens if tokens is not None else DEFAULT_TOKENS  # a row with cut_short ran phases (to its last)
+    result = {"points": rows, "tokens_per_run": per_run, "runner": runner.describe()}
     (out / "sweep.json").write_text(json.dumps(result, indent=1) + "\n")
     plot_sweep(rows, out / "sweep.png")
     for (name, n), best in sorted(best_thresholds(rows).items(), key=lambda item: (item[0][0], item[0][1] or 0)):

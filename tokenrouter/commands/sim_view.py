@@ -13,7 +13,8 @@ def print_summary(summary: dict[str, Any], names: tuple[str, ...]) -> None:
     def ms(x: float | None) -> str:
         return "-" if x is None else f"{x * 1000:.1f}"
 
-    table = Table(title=f"simulate ({summary['baseline']}, N={summary['concurrency']}, B={summary['thresholds']})")
+    n = summary["concurrency"] if summary["concurrency"] is not None or not summary.get("phases") else "per phase"
+    table = Table(title=f"simulate ({summary['baseline']}, N={n}, B={summary['thresholds']})")
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_row("throughput (committed tok/s)", f"{summary['throughput_tok_s']:.1f}")
@@ -36,7 +37,8 @@ def print_summary(summary: dict[str, Any], names: tuple[str, ...]) -> None:
                           f"{m['num_preempted']} / {m['num_recomputed_tokens']}")  # fmt: skip
     for phase in summary.get("phases", []):
         label = f"phase {phase['index']} ({phase['start_s']:.0f}-{phase['end_s']:.0f} s)"
-        table.add_row(label, f"{phase['throughput_tok_s']:.1f} tok/s, B={phase['thresholds']}")
+        n = f", N={phase['concurrency']}" if phase["concurrency"] is not None else ""
+        table.add_row(label, f"{phase['throughput_tok_s']:.1f} tok/s, B={phase['thresholds']}{n}")
     for switch in summary.get("switches", []):
         gain = f"{switch['predicted_gain']:+.1%}"
         table.add_row(f"switch at {switch['time_s']:.1f} s", f"{switch['old']} -> {switch['new']} ({gain} predicted)")
