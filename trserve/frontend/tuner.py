@@ -139,9 +139,8 @@ class Tuner:
         self.controller.observe(self.builder.flush(now))
         self._tokens.append((now, self._span_tokens))
         self._span_tokens = 0
-        while self._tokens and self._tokens[0][0] <= now - self.cfg.window_s:
-            self._tokens.popleft()
         job = self.controller.plan(now)
+        self._trim_tokens(now)
         self.cpu_s += time.thread_time() - started
         if job is None:
             self._show(None)
@@ -161,6 +160,14 @@ class Tuner:
         if retune is not None and retune.applied:
             self.broadcast(Thresholds(retune.new))
         return retune
+
+    def _trim_tokens(self, now: float) -> None:
+        """Keep the committed tokens of the spans the controller's window still holds: it forgets those older than
+        ``window_s``, and all before a change in the traffic (then the measured rate must not count them)."""
+        obs = self.controller.window.observations
+        start = obs[0].start_s if obs else now
+        while self._tokens and self._tokens[0][0] <= start + 1e-9:
+            self._tokens.popleft()
 
     def within_budget(self) -> bool:
         """Whether a solve may start: CPU so far within ``max_cpu_fraction`` of the time run, plus the credit."""

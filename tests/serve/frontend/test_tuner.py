@@ -164,3 +164,26 @@ def test_with_no_window_to_estimate_the_concurrency_reads_nan():
     asyncio.run(t.tick())
     assert "tokenrouter_adaptive_concurrency NaN" in generate_latest(t.registry).decode()
     t.stop()
+
+
+def test_after_a_change_the_measured_rate_counts_only_the_window_kept():
+    """The controller drops its window's spans from before a change in the traffic; the measured tok/s gauge must
+    drop their tokens too (it divided the whole window_s of tokens by the newer span: 5x the steady rate)."""
+    sent, clock = [], Clock()
+    t = tuner((1, 1), sent, clock, tick_s=1.0, min_interval_s=0.0)
+    measured = []
+    for second in range(1, 10):
+        for _ in range(40):  # 520 tokens a second throughout; the hand-off share moves after 6 s
+            if second <= 6:
+                t.on_step(report(0, stays=5, moves=1))
+                t.on_step(report(1, stays=3, moves=3, finished=1))
+            else:
+                t.on_step(report(0, stays=3, moves=3))
+                t.on_step(report(1, stays=1, moves=6))
+        clock.t = float(second)
+        asyncio.run(t.tick())
+        text = generate_latest(t.registry).decode()
+        measured.append(next(line for line in text.splitlines() if line.startswith("tokenrouter_adaptive_measured")))
+    t.stop()
+    assert t.controller.changes, "the change test saw the new traffic"
+    assert measured == ["tokenrouter_adaptive_measured_tok_s 520.0"] * 9, measured
