@@ -44,7 +44,7 @@ from trserve.server.thresholds import load_profile
 from trsim.adaptive import oracle_thresholds, predicted_over_oracle
 from trsim.driver import simulate
 from trsim.profile import latency_from_profile
-from trsim.scenario import load_scenario, scenario_config
+from trsim.scenario import load_scenario, scenario_config, scenario_phases
 
 
 def latency_lists(config: Any, max_batch: int = 64) -> list[list[float]]:
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     tuned = replace(tuned, workload=plain.workload)
     scaled = tuple(replace(p, duration_s=p.duration_s * args.scale_s) for p in plain.phases)
     routing = (plain.router.params["P"], plain.router.params["C"])
-    phases = phases_from_scenario(spec.phases, plain.workload.concurrency, routing, args.scale_s)
+    phases = phases_from_scenario(scenario_phases(spec), plain.workload.concurrency, routing, args.scale_s)
     work = Workload(lengths=lengths, routing=routing)
     names = [m.name or f"model{i}" for i, m in enumerate(spec.models)]
     knob_dict = spec.adaptive.model_dump(exclude={"solve_delay_s", "seed"})  # the server's knobs of the same names

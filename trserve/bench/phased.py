@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -39,8 +40,8 @@ class LoadPhase:
     routing: tuple[Matrix, Matrix] | None = None
 
     def __post_init__(self) -> None:
-        if not self.duration_s > 0:
-            raise ConfigError("phases.duration_s", f"must be > 0, got {self.duration_s}")
+        if not 0 < self.duration_s < math.inf:
+            raise ConfigError("phases.duration_s", f"must be finite and > 0, got {self.duration_s}")
         if self.concurrency < 1:
             raise ConfigError("phases.concurrency", f"must be >= 1, got {self.concurrency}")
 
@@ -189,10 +190,15 @@ def summarize_phases(phases: Sequence[LoadPhase], bounds: Sequence[float], texts
 
 def phases_from_scenario(scenario_phases: Sequence[Any], concurrency: int, routing: tuple[Matrix, Matrix],
                          scale_s: float = 1.0) -> list[LoadPhase]:  # fmt: skip
-    """A simulator scenario's phases (``trsim.scenario``'s phase specs) as load phases, durations times
-    ``scale_s``; a phase without a value keeps the one in force before it."""
+    """A simulator scenario's phases (``trsim.scenario.scenario_phases``: its ``phases``, or the phases of its
+    ``diurnal`` day) as load phases, durations times ``scale_s``; a phase without a value keeps the one in force
+    before it. The load's lengths are the bench preset's, so a phase's ``output_tokens`` is refused."""
+    if not scenario_phases:
+        raise ConfigError("phases", "none given (a diurnal day: pass trsim.scenario.scenario_phases(scenario))")
     out, P, C, n = [], routing[0], routing[1], concurrency
-    for spec in scenario_phases:
+    for k, spec in enumerate(scenario_phases):
+        if spec.output_tokens is not None:
+            raise ConfigError(f"phases[{k}].output_tokens", "a phased load sends its length preset's lengths")
         if spec.router is not None:
             P, C = spec.router.P or P, spec.router.C or C
         n = spec.concurrency or n

@@ -21,7 +21,8 @@ from trserve.bench.phased import (
     summarize_phases,
 )
 from trserve.bench.requests import Lengths
-from trsim.scenario import load_scenario
+from trsim.scenario import load_scenario, scenario_phases
+from trsim.scenario_phases import PhaseSpec
 
 CHAT = ([[0.9, 0.1], [1.0, 0.0]], [[1.0, 0.0], [1.0, 0.0]])
 REASONING = ([[0.5, 0.5], [1.0, 0.0]], [[1.0, 0.0], [1.0, 0.0]])
@@ -42,6 +43,19 @@ def test_a_scenarios_phases_carry_their_values_forward():
     phases = phases_from_scenario(spec.phases, 64, CHAT, scale_s=0.5)
     assert [(p.duration_s, p.concurrency) for p in phases] == [(30.0, 64), (30.0, 8), (30.0, 64), (30.0, 8)]
     assert [p.routing[0][0][1] for p in phases] == [0.1, 0.5, 0.5, 0.1]  # type: ignore[index]
+
+
+def test_a_diurnal_day_becomes_load_phases_and_what_a_load_cannot_send_is_refused():
+    spec = load_scenario("trsim/scenarios/adaptive-diurnal.yaml")  # no phases: a day of 12 phases of 20 s
+    with pytest.raises(ConfigError, match=r"^phases: none given"):  # it ran no phase at all (max() of nothing)
+        phases_from_scenario(spec.phases, 8, CHAT)
+    phases = phases_from_scenario(scenario_phases(spec), 8, CHAT)
+    assert len(phases) == 12 and phases[0].concurrency == 9 and max(p.concurrency for p in phases) == 63  # mid-phase
+    lengths = PhaseSpec(duration_s=1.0, output_tokens=64)  # the bench preset's lengths ran instead
+    with pytest.raises(ConfigError, match=r"phases\[1\]\.output_tokens"):
+        phases_from_scenario([PhaseSpec(duration_s=1.0), lengths], 8, CHAT)
+    with pytest.raises(ConfigError, match=r"phases\.duration_s"):
+        LoadPhase(float("inf"), 2)
 
 
 def metrics(small: float, large: float, thresholds: tuple[int, int] | None = None) -> str:
