@@ -100,3 +100,9 @@ def test_a_sweep_point_of_a_phased_scenario_runs_to_its_last_phase(r2r):
     assert row["simulated_s"] == pytest.approx(4.0) and row["cut_short"] is False
     cut = run_point(phased, point, 200)  # an explicit token count may cut it, and the row says so
     assert cut["cut_short"] is True and cut["simulated_s"] < 2.0
+
+
+def test_a_warm_up_past_the_end_of_a_phased_run_is_refused(tmp_path):
+    body = "workload: {concurrency: 4}\nphases:\n  - {duration_s: 0.5}\n"
+    refused(simulate_cli(tmp_path, body, "--warmup-tokens", 10**7), "--warmup-tokens")  # it printed 0 tok/s
+    assert simulate_cli(tmp_path, body, "--warmup-tokens", 10).exit_code == 0

@@ -172,6 +172,8 @@ def simulate(
     limit, time_s, warmup = run_limits(spec, tokens, warmup_tokens)
     sim = Simulation(config, record_trace=trace_out is not None, chrome_trace=chrome_trace is not None)
     result = sim.run(limit, time_s, warmup)
+    if warmup and result.committed_tokens < warmup:  # phases, a time limit or finite sessions ended it first
+        raise ConfigError("--warmup-tokens", f"{warmup} is past the run's end ({result.committed_tokens} tokens)")
     _write_outputs(sim, chrome_trace, trace_out)
     summary = {"baseline": chosen, **result.to_dict()}
     summary["thresholds"] = list(sim.thresholds_in_force())  # at the end of the run
