@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from trcore.errors import ConfigError
 
@@ -132,3 +133,10 @@ def check_same_size(matrices: Sequence[Sequence[Sequence[float]]], names: Sequen
         shapes = ", ".join(f"{n} is {len(m)}x{len(m)}" for n, m in zip(names, matrices, strict=True))
         raise ConfigError(names[-1], f"matrix sizes differ ({shapes})")
     return sizes.pop()
+
+
+def given(ctx: Any, name: str) -> bool:
+    """Whether the user gave option ``name`` of the command whose context (a ``typer.Context``) is ``ctx``: its
+    value does not come from the default. Commands refuse options that have no effect in the mode chosen."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")

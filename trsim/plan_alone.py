@@ -152,7 +152,8 @@ def ranking(routed: list[dict[str, Any]], alone: list[dict[str, Any]], cfg: Plan
     rows += [(r, "alone", alone_label(cfg, r["placement"])) for r in alone]
     out = [{"label": label, "system": system, "num_gpus": r["placement"].num_gpus, "concurrency": r["concurrency"],
             "throughput_tok_s": r["throughput_tok_s"], "throughput_per_gpu_tok_s": r["throughput_per_gpu_tok_s"],
-            "max_rate_rps": r.get("max_rate_rps")} for r, system, label in rows]  # fmt: skip
+            "max_rate_rps": r.get("max_rate_rps"), "upper_failed": r.get("upper_failed")}
+           for r, system, label in rows]  # fmt: skip
     return sorted(out, key=lambda x: -x["throughput_tok_s"])
 
 

@@ -35,24 +35,33 @@ def per_pipeline(max_active: int | None, replicas: int) -> int | None:
     return None if max_active is None else max(1, max_active // replicas)
 
 
+#: Raises of the guess by half (1.5**12: about 130x) before the search gives up looking for a rate that fails.
+MAX_RAISES = 12
+
+
 def max_rate(cfg: PlanConfig, placement: Placement, guess_rps: float) -> dict[str, Any]:
     """Highest Poisson rate (requests/s, whole system) meeting the SLO, by bisection on one pipeline, starting
-    from ``guess_rps`` (closed-loop throughput over the mean output length)."""
+    from ``guess_rps`` (closed-loop throughput over the mean output length), raised by half until a rate fails
+    (the closed loop's N can sit far below what the open loop holds). ``upper_failed``: the bracket's top was seen
+    to fail (False only when :data:`MAX_RAISES` raises all met the SLO); ``max_rate_rps`` 0 with ``at_max`` None:
+    no rate tried met it."""
     models = plan_models(placement, cfg.hardware, cfg.models, cfg.dtype, cfg.profiles)
     caps = batch_caps(cfg, placement, models)
     one = replace(cfg, max_active=per_pipeline(cfg.max_active, placement.replicas))
-    lo, hi, best = 0.0, max(guess_rps / placement.replicas, 1e-3), None
-    for _ in range(3):  # bracket: raise the guess by half while it still meets the SLO
+    lo, hi, best, upper_failed = 0.0, max(guess_rps / placement.replicas, 1e-3), None, False
+    for _ in range(MAX_RAISES + 1):  # bracket: raise the guess by half until a rate fails the SLO
         probe = open_run(one, models, caps, hi)
         if not probe["meets_slo"]:
+            upper_failed = True
             break
         lo, best, hi = hi, probe, hi * 1.5
     for _ in range(cfg.bisection_steps):
         probe = open_run(one, models, caps, (lo + hi) / 2)
         lo, hi, best = (probe["rate_rps"], hi, probe) if probe["meets_slo"] else (lo, probe["rate_rps"], best)
+        upper_failed = upper_failed or not probe["meets_slo"]
     r = placement.replicas
-    return {"max_rate_rps": lo * r, "rate_bracket_rps": [lo * r, hi * r], "at_max": best, "max_batch": list(caps),
-            "max_active_per_pipeline": one.max_active}  # fmt: skip
+    return {"max_rate_rps": lo * r, "rate_bracket_rps": [lo * r, hi * r], "upper_failed": upper_failed,
+            "at_max": best, "max_batch": list(caps), "max_active_per_pipeline": one.max_active}  # fmt: skip
 
 
 def batch_caps(cfg: PlanConfig, placement: Placement, models: list[RooflineModel]) -> tuple[int, ...]:

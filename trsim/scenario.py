@@ -267,6 +267,9 @@ def _workload(spec: WorkloadSpec, base: Path) -> WorkloadConfig:
         raise ConfigError("workload.rate_per_s", "an open loop (arrival: poisson) needs its rate in requests/s")
     if config.arrival == "poisson" and spec.concurrency is not None:
         raise ConfigError("workload.concurrency", "sets a closed loop; an open loop's rate sets its load")
+    if config.arrival == "poisson" and config.turns == 1 and spec.think_time_s is not None:
+        raise ConfigError("workload.think_time_s", "paces a session's next turn; one-turn sessions arriving at a "
+                          "rate have none (give turns > 1, or drop it)")  # fmt: skip
     return config
 
 

@@ -25,11 +25,12 @@ from trsim.workload import check_arrival_times
 
 @dataclass(frozen=True)
 class Windows:
-    """Measured windows to simulate: each one's arrival times (seconds from its start; one may be empty), run for
-    ``warmup_s`` then ``measure_s``. Latencies cover the requests that finished by the window's end, or with
-    ``in_window`` only those that finished inside the measured span (as the bench counts them). Each window runs
-    once per ``pair_offsets`` entry (the workload's ``pair_offset``: another assignment of its lengths and traces to
-    the same arrivals), every run pooled: the simulator's percentiles then rest on more than one draw of routes."""
+    """Measured windows to simulate: each one's arrival times (seconds from its start; one may be empty; those at
+    or after the window's end are dropped, as the real senders send none), run for ``warmup_s`` then
+    ``measure_s``. Latencies cover the requests that finished by the window's end, or with ``in_window`` only
+    those that finished inside the measured span (as the bench counts them). Each window runs once per
+    ``pair_offsets`` entry (the workload's ``pair_offset``: another assignment of its lengths and traces to the
+    same arrivals), every run pooled: the simulator's percentiles then rest on more than one draw of routes."""
 
     arrivals: tuple[tuple[float, ...], ...]
     warmup_s: float
@@ -43,7 +44,9 @@ class Windows:
         if not self.warmup_s >= 0 or not self.measure_s > 0:
             raise ConfigError("windows", f"needs warmup_s >= 0 and measure_s > 0, got {self.warmup_s}, "
                               f"{self.measure_s}")  # fmt: skip
-        object.__setattr__(self, "arrivals", tuple(check_arrival_times(t) if t else () for t in self.arrivals))
+        checked = (check_arrival_times(t) if t else () for t in self.arrivals)
+        # as the real senders do, none at or after the window's end (one there would start as the run stops)
+        object.__setattr__(self, "arrivals", tuple(tuple(x for x in t if x < self.end_s) for t in checked))
         if not self.pair_offsets:
             raise ConfigError("windows.pair_offsets", "needs at least one offset")
 

@@ -96,6 +96,15 @@ def test_a_window_cut_by_its_end_leaves_a_backlog():
     assert result.throughput_tok_s == pytest.approx((3 + 1) / 0.535)
 
 
+def test_an_arrival_at_or_after_a_windows_end_is_not_replayed_as_the_real_senders_send_none():
+    # The bench's and crossval's clients stop sending at the window's end; replayed there, an arrival at exactly
+    # the end started as the run stopped and showed as backlog the measurement never had.
+    windows = Windows(((0.0, 0.5, 0.535, 0.7),), warmup_s=0.0, measure_s=0.535)
+    assert windows.arrivals == ((0.0, 0.5),)
+    result = simulate_windows(config(), windows)
+    assert result.num_finished == 2 and result.extra["backlog_at_end"] == [0]
+
+
 def test_pair_offsets_run_each_window_once_per_assignment_of_the_pairs():
     # One window, arrivals at 0 and 0.5 s; pairs write 2, 5 and 9 tokens. Offset 0 gives the arrivals 2 and 5
     # tokens, offset 1 gives them 5 and 9: 7 and 14 tokens over the 1 s window, pooled as two runs.

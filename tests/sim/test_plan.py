@@ -111,6 +111,8 @@ def test_plan_writes_placements_best_json_and_plot(tmp_path):
         (["plan", "--thresholds", "all"], "give explicit candidates"),
         (["plan", "--hardware", "cpu-2core"], "no 'bf16' peak"),
         (["plan", "--max-active-requests", "-1"], "--max-active-requests: must be >= 1"),
+        (["plan", "-N", "8,16,8"], "--concurrency: a value is given twice: [8, 16, 8]"),
+        (["plan", "--thresholds", "1,1;2,1;1,1"], "--thresholds: a value is given twice"),
         (["latency", "--hardware", "a100-80g", "--shape", "Qwen3-8B", "--batch", "0"], "--batch: must be >= 1"),
     ],
 )
@@ -118,3 +120,46 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
     result = run(*args)
     assert result.exit_code == 2
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("option", [["--slo-tpot-ms", "30"], ["--slo-ttft-ms", "0"], ["--open-run-s", "60"],
+                                    ["--max-active-requests", "128"]])  # fmt: skip
+def test_open_loop_options_without_the_open_loop_are_refused(option):
+    result = run("plan", "--open-loop-top", "0", *option)
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert f"{option[0]}: sets the open loop, which --open-loop-top 0 turns off" in result.stderr
+
+
+def test_the_closed_loops_simulator_measures_past_the_first_hand_off_wave():
+    # 1,520 endless requests on one co-located tp8 pipeline: every request's first visit to the 32B prefills its
+    # context there, a wave over its first few tokens. After a 5k-token warm-up (3 a request) the window sat inside
+    # the wave (at 1,522 requests 396 tok/s, against 8,707 at 768); past it, throughput at saturation no longer
+    # falls with N.
+    cfg = PlanConfig("a100-80g", 8, R2R, P, C, concurrencies=(768, 1520), thresholds=((1, 1),), context_tokens=861)
+    points = closed_loop(cfg, Placement((8, 8), 1, True))["points"]
+    assert [p["concurrency"] for p in points] == [768, 1520] and {p["evaluator"] for p in points} == {"sim"}
+    assert points[1]["throughput_tok_s"] > 0.9 * points[0]["throughput_tok_s"]
+
+
+def test_max_rate_keeps_raising_a_low_guess_until_a_rate_fails():
+    short = WorkloadConfig(prompt_tokens=constant(32), output_tokens=constant(24))
+    cfg = PlanConfig("h100-sxm", 1, {"s": "Qwen3-0.6B", "l": "Qwen3-4B"}, P, C, workload=short, slo_tpot_ms=15.0,
+                     slo_ttft_ms=200.0, open_run_s=2.0, bisection_steps=3)  # fmt: skip
+    one = Placement((1, 1), 1, True)
+    near = max_rate(cfg, one, guess_rps=20.0)
+    low = max_rate(cfg, one, guess_rps=near["max_rate_rps"] / 20)  # three raises reached 3.4x the guess only
+    assert near["upper_failed"] and low["upper_failed"]
+    assert low["max_rate_rps"] > 0.5 * near["max_rate_rps"]
+
+
+def test_an_unreachable_target_names_no_capacity(tmp_path):
+    result = run("plan", "--hardware", "h100-sxm", "--gpus", "1", "--models", "small=Qwen3-0.6B,large=Qwen3-4B",
+                 "--concurrency", "4", "--thresholds", "1,1", "--slo-tpot-ms", "0.5", "--open-run-s", "2",
+                 "--workers", "1", "--out", tmp_path)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    rated = plan["placements"] + plan["large_alone"]["placements"]
+    assert all(p["max_rate_rps"] == 0 and p["at_max"] is None and p["upper_failed"] for p in rated)
+    assert plan["best"]["max_rate"] is None
+    assert "Poisson capacity none: no rate tried meets the latency targets" in " ".join(result.stdout.split())
+    assert "│ none │" in result.stdout and "0.00" not in result.stdout

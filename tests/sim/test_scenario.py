@@ -58,6 +58,7 @@ def test_schema_errors_name_the_field(tmp_path, text, field):
         (MODELS + "workload: {preset: chat}\n", "unknown preset 'chat'"),
         (MODELS + "baseline: vllm\n", "unknown baseline 'vllm'"),
         (MODELS + "workload: {max_active: 4}\n", "a closed loop's is its concurrency"),
+        (MODELS + "workload: {arrival: poisson, rate_per_s: 5, think_time_s: 3}\n", "one-turn sessions arriving"),
         (MODELS + "router: {program: trace}\n", "router.file"),
         ("models: [{latency: {model: table, ms: 5}}]\n", "batch_sizes and ms"),
     ],

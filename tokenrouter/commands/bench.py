@@ -44,6 +44,7 @@ def _names(text: str) -> tuple[str, ...]:
 
 @cli_errors
 def bench(
+    ctx: typer.Context,
     config: Path | None = typer.Option(None, "--config", "-c", help="Base serve config (YAML); default: the pair's."),
     pair: str | None = typer.Option(None, "--pair", help="Model pair: its default config, or --config's pair."),
     systems: str = typer.Option(
@@ -107,6 +108,8 @@ def bench(
     if concurrency is not None and (rate is not None or arrivals is not None):
         raise ConfigError("--concurrency", "sets the closed loop; --rate / --arrivals the open loop: give one of them")
     open_load = load_of(rate, arrivals, arrival_seed, warmup_s, window_s)
+    if open_load is not None and opt.given(ctx, "direct"):
+        raise ConfigError("--direct", "drives plain vLLM in a closed loop; --rate / --arrivals runs none: drop it")
     sys_names, router_names = _names(systems), _names(routers)
     check_names(sys_names, router_names)
     ns = (

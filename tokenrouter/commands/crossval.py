@@ -13,10 +13,13 @@ import typer
 from tokenrouter.errors import cli_errors
 
 ROUTER_NAMES = ("markov", "r2r", "rstitch")
+#: Options the closed-loop cells alone read (a rate cell replays its arrivals over its own window, at 1,1 for all).
+CLOSED_LOOP_ONLY = {"sim_s": "--sim-s", "full_grid_max_n": "--full-grid-max-n"}
 
 
 @cli_errors
 def crossval(
+    ctx: typer.Context,
     config: Path | None = typer.Option(None, "--config", "-c", help="Serve config (YAML); default: the local pair."),
     concurrency: str | None = typer.Option(
         None, "--concurrency", "-n", help="Closed-loop concurrencies N [1,2,4,8 unless --rate]."
@@ -103,6 +106,9 @@ def crossval(
     for key, fvalue in {"--measure-s": measure_s, "--sim-s": sim_s, "--drift-tolerance": drift_tolerance}.items():
         opt.check_positive(fvalue, key)
     concurrencies, rates = _loads(concurrency, rate, arrival_seed, measure_s, opt)
+    for name, flag in CLOSED_LOOP_ONLY.items():
+        if rates and opt.given(ctx, name):
+            raise ConfigError(flag, "sizes the closed-loop cells, which --rate replaces; drop one of them")
     if lengths is not None and workload is not None:
         raise ConfigError("--lengths", "give --lengths or --workload, not both")
     preset = Lengths(lengths, 1.0 if length_scale is None else length_scale) if lengths is not None else None

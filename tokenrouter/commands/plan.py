@@ -63,6 +63,7 @@ MAX_NODE_GPUS = 64
 
 @cli_errors
 def plan(
+    ctx: typer.Context,
     hardware: str = typer.Option("a100-80g", "--hardware", help="Device in trsim/data/hardware.yaml."),
     dtype: str = typer.Option("bf16", "--dtype", help="Weights' and compute dtype: bf16, fp16 or fp32."),
     gpus: int = typer.Option(8, "--gpus", help="GPUs available on the node."),
@@ -106,6 +107,8 @@ def plan(
 
     if out is not None and out.exists() and not out.is_dir():
         raise ConfigError("--out", f"{out} is a file; give a folder for plan.json and plan.png")
+    if open_loop_top == 0 and (given := [flag for name, flag in OPEN_LOOP_ONLY.items() if opt.given(ctx, name)]):
+        raise ConfigError(given[0], "sets the open loop, which --open-loop-top 0 turns off; drop one of them")
     _check_dtype(hardware, dtype)
     models = models or _pair_models(pair)
     P, C, _ = opt.pair_defaults(pair, P, C, "unused")
@@ -150,6 +153,11 @@ def plan(
         from tokenrouter.commands.plan_view import print_table
 
         print_table(result)
+
+
+#: Options only the open loop's bisection reads (``--open-loop-top 0`` runs none).
+OPEN_LOOP_ONLY = {"slo_tpot_ms": "--slo-tpot-ms", "slo_ttft_ms": "--slo-ttft-ms", "open_run_s": "--open-run-s",
+                  "max_active": "--max-active-requests"}  # fmt: skip
 
 
 def _with_measured(cfg: Any, profiles: list[str], stack: Path | None) -> Any:

@@ -14,10 +14,9 @@ def print_alone(result: dict[str, Any], console: Any) -> None:
     for col in ("placement", "system", "GPUs", "N", "tok/s", "tok/s/GPU", "max req/s"):
         ranked.add_column(col, justify="right", no_wrap=col == "placement")
     for r in result["ranking"]:
-        rate = r["max_rate_rps"]
         ranked.add_row(r["label"], r["system"], str(r["num_gpus"]), str(r["concurrency"]),
                        f"{r['throughput_tok_s']:.0f}", f"{r['throughput_per_gpu_tok_s']:.0f}",
-                       "-" if rate is None else f"{rate:.2f}")  # fmt: skip
+                       rate_text(r))  # fmt: skip
     console.print(ranked)
     pays = result["routing_pays"]
     cells = Table(title=f"when not to route (the pair's large-model share {pays['pair_large_share']:.3f})")
@@ -30,3 +29,14 @@ def print_alone(result: dict[str, Any], console: Any) -> None:
                       "-" if share is None else f"{share:.3f}")  # fmt: skip
     console.print(cells)
     console.print(pays["verdict"])
+
+
+def rate_text(row: dict[str, Any]) -> str:
+    """A placement's Poisson capacity: ``-`` not searched, ``none`` no rate tried met the targets, ``>=`` the
+    search's raises ran out before a rate failed."""
+    rate = row["max_rate_rps"]
+    if rate is None:
+        return "-"
+    if rate == 0:
+        return "none"
+    return f"{'' if row.get('upper_failed', True) else '>='}{rate:.2f}"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tokenrouter.commands.plan_alone import rate_text
+
 
 def print_table(result: dict[str, Any]) -> None:
     """The placements best first, the best of each kind, each one's memory bound, and the large model alone."""
@@ -17,16 +19,19 @@ def print_table(result: dict[str, Any]) -> None:
         table.add_column(col, justify="right", no_wrap=col == "placement")
     for p in result["placements"]:
         per_model = [f"{p['models'][n]['gpus']}/{p['models'][n]['tp']}" for n in names]
-        sim, rate = p["sim_throughput_tok_s"], p["max_rate_rps"]
+        sim = p["sim_throughput_tok_s"]
         table.add_row(p["label"], str(p["num_gpus"]), *per_model, str(p["concurrency"]),
                       ",".join(map(str, p["thresholds"])), f"{p['throughput_tok_s']:.0f}",
                       f"{p['throughput_per_gpu_tok_s']:.0f}", "-" if sim is None else f"{sim:.0f}",
-                      "-" if rate is None else f"{rate:.2f}")  # fmt: skip
+                      rate_text(p))  # fmt: skip
     console = Console()
     console.print(table)
     best = result["best"]
+    capacity = best["max_rate"] or "none: no rate tried meets the latency targets"
+    if not any(p["max_rate_rps"] is not None for p in result["placements"]):
+        capacity = "not searched (--open-loop-top 0)"
     console.print(f"best throughput {best['throughput']}, per GPU {best['throughput_per_gpu']}, "
-                  f"Poisson capacity {best['max_rate']}")  # fmt: skip
+                  f"Poisson capacity {capacity}")  # fmt: skip
     for p in result["placements"]:
         console.print(memory_line(p))
     if "routing_pays" in result:

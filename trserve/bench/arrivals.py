@@ -105,8 +105,8 @@ def _seconds(value: Any, where: str) -> float:
         t = float(value)
     except (TypeError, ValueError):
         raise ConfigError("--arrivals", f"{where}: expected seconds, got {value!r}") from None
-    if not t >= 0:
-        raise ConfigError("--arrivals", f"{where}: times must be >= 0, got {value!r}")
-    if not math.isfinite(t):
+    if not math.isfinite(t):  # first: NaN is not "below 0"
         raise ConfigError("--arrivals", f"{where}: times must be finite, got {value!r}")
+    if t < 0:
+        raise ConfigError("--arrivals", f"{where}: times must be >= 0, got {value!r}")
     return t

@@ -63,9 +63,11 @@ def parse_rates(text: str) -> tuple[float, ...]:
         raise ConfigError("--rate", f"must be comma-separated numbers (requests/s), got {text!r}") from None
     if not rates:
         raise ConfigError("--rate", f"needs at least one rate (requests/s), got {text!r}")
-    for rate in rates:
+    for k, rate in enumerate(rates):
         if not (math.isfinite(rate) and rate > 0):
             raise ConfigError("--rate", f"must be finite and > 0 requests/s, got {rate:g}")
+        if rate in rates[:k]:  # its cells would run twice under one key
+            raise ConfigError("--rate", f"{rate:g} requests/s is given twice, in {text!r}")
     return rates
 
 

@@ -74,9 +74,12 @@ async def dispatch(
 
 
 def summarize(records: Sequence[OpenRecord], arrivals: Arrivals, start: float, win_start: float,
-              win_end: float) -> OpenLoadResult:  # fmt: skip
+              win_end: float, stop_at: float | None = None) -> OpenLoadResult:  # fmt: skip
     """Latencies of the requests that finished inside the window (from their arrival), the offered rate, the
-    backlog at the window's end and the dispatch lag (throughput is filled in by the caller)."""
+    backlog at the window's end and the dispatch lag (throughput is filled in by the caller). The offered rate
+    counts the arrivals from the window's start to its end or to ``stop_at``, when the sender stopped, if that
+    came first (the window is read a little after the planned end: arrivals due then were never sent)."""
+    offered_end = win_end if stop_at is None else min(win_end, stop_at)
     closed = summarize_closed([r for r in records if r.error is None], 0, win_start, win_end)
     answered = [r for r in records if r.error is None and r.done is not None]
     lags = [r.dispatched - r.sent for r in records if r.dispatched is not None]
@@ -84,7 +87,7 @@ def summarize(records: Sequence[OpenRecord], arrivals: Arrivals, start: float, w
     return OpenLoadResult(
         **{k: getattr(closed, k) for k in ("concurrency", "throughput_tok_s", "window_s", "num_finished")},
         ttft_s=closed.ttft_s, tpot_s=closed.tpot_s, e2e_s=closed.e2e_s, arrivals=arrivals.to_dict(),
-        offered_rps=arrivals.rate_rps(win_start - start, win_end - start), num_sent=len(records),
+        offered_rps=arrivals.rate_rps(win_start - start, offered_end - start), num_sent=len(records),
         num_errors=sum(r.error is not None for r in records), num_in_flight_at_end=len(backlog),
         dispatch_lag_mean_s=sum(lags) / len(lags) if lags else 0.0, dispatch_lag_max_s=max(lags, default=0.0),
         num_answered=len(answered), answered_tokens=sum(r.num_tokens for r in answered),
@@ -158,7 +161,7 @@ async def run_open_load(url: str, arrivals: Arrivals, work: Workload,
     read, pool = probe or dict, _Pool(url)
     records: list[OpenRecord] = []
     start = time.perf_counter()
-    win_end = start + work.warmup_s + work.window_s
+    win_end = stop_at = start + work.warmup_s + work.window_s
     async with httpx.AsyncClient(base_url=url, timeout=600.0) as client:  # /metrics only
         sender = asyncio.create_task(dispatch(arrivals.times_s, start, win_end,
                                               lambda i, at: _send(pool, work, i, at, records),
@@ -172,7 +175,7 @@ async def run_open_load(url: str, arrivals: Arrivals, work: Workload,
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     pool.close()
-    result = summarize(records, arrivals, start, win_start, win_end)
+    result = summarize(records, arrivals, start, win_start, win_end, stop_at)
     result.metrics_before, result.metrics_after = before, after
     result.probe_before, result.probe_after = probe_before, probe_after
     result.throughput_tok_s = committed_tokens(after, before) / result.window_s

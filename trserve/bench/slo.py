@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from trsim.plan_open import MAX_RAISES
+
 #: The planner's stability margin: backlog <= BACKLOG_FACTOR x rate x latency p90 + BACKLOG_SLACK.
 BACKLOG_FACTOR = 1.5
 BACKLOG_SLACK = 8
@@ -99,10 +101,12 @@ class Search:
                 "upper_failed": self.upper_failed, "probes": [p.to_dict() for p in self.probes]}  # fmt: skip
 
 
-def bisect_rate(measure: Callable[[float], Verdict], guess_rps: float, steps: int, max_raises: int = 2) -> Search:
-    """Probe ``guess_rps``; while a rate meets the targets raise it by half (at most ``max_raises`` probed raises;
-    after the last one met, half as much again is the bracket's unprobed top, as the planner does), then halve the
-    bracket ``steps`` times, keeping the highest rate that met."""
+def bisect_rate(
+    measure: Callable[[float], Verdict], guess_rps: float, steps: int, max_raises: int = MAX_RAISES
+) -> Search:
+    """Probe ``guess_rps``; while a rate meets the targets raise it by half (at most ``max_raises`` probed raises,
+    the planner's by default; after the last one met, half as much again is the bracket's unprobed top), then
+    halve the bracket ``steps`` times, keeping the highest rate that met."""
     if not guess_rps > 0 or steps < 0 or max_raises < 0:
         raise ValueError(f"needs guess > 0, steps >= 0, raises >= 0; got {guess_rps}, {steps}, {max_raises}")
     out, lo, hi = Search(), 0.0, guess_rps

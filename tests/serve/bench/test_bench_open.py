@@ -48,6 +48,12 @@ def test_concurrency_with_open_loop_options_is_refused(other: list[str], trace: 
         assert refused([*other, *load]).startswith("error: --concurrency: sets the closed loop")
 
 
+def test_direct_is_refused_under_open_load_which_runs_no_plain_vllm_reference(trace: Path) -> None:
+    for load in (["--rate", "2"], ["--arrivals", str(trace), "--warmup-s", "0"]):
+        for flag in ("--direct", "--no-direct"):
+            assert refused([*load, flag]).startswith("error: --direct: drives plain vLLM in a closed loop")
+
+
 def test_rate_and_arrivals_together_and_a_seed_without_rate_are_refused(trace: Path) -> None:
     assert refused(["--rate", "2", "--arrivals", str(trace)]).startswith("error: --arrivals: replays a trace")
     assert refused(["--arrival-seed", "3"]).startswith("error: --arrival-seed: seeds the Poisson arrivals")
@@ -56,7 +62,8 @@ def test_rate_and_arrivals_together_and_a_seed_without_rate_are_refused(trace: P
 @pytest.mark.parametrize(
     ("text", "message"),
     [("0", "must be finite and > 0 requests/s, got 0"), ("2,-1", "got -1"), ("fast", "comma-separated numbers"),
-     ("nan", "finite and > 0"), ("inf", "finite and > 0"), (",", "needs at least one rate")],
+     ("nan", "finite and > 0"), ("inf", "finite and > 0"), (",", "needs at least one rate"),
+     ("2,4,2.0", "2 requests/s is given twice")],
 )  # fmt: skip
 def test_bad_rates_name_the_option(text: str, message: str) -> None:
     line = refused(["--rate", text])

@@ -52,7 +52,8 @@ def test_a_trace_reads_lines_json_and_json_lines(tmp_path):
     [("0\n1\n0.5\n", "a.txt:3: 0.5 s comes before"), ("0\nsoon\n", "a.txt:2: expected seconds"),
      ("-1\n", "a.txt:1: times must be >= 0"), ("# none\n", "holds no arrival times"),
      ('{"t": 1}\n', "a.txt:1: a JSON line needs an arrival_s field"),
-     ('{"arrival_s": true}\n', "a.txt:1: expected seconds, got True")],
+     ('{"arrival_s": true}\n', "a.txt:1: expected seconds, got True"),
+     ("0\nnan\n", "a.txt:2: times must be finite, got 'nan'"), ("[0, NaN]", r"a.txt\[1\]: times must be finite")],
 )  # fmt: skip
 def test_a_bad_trace_names_file_and_line(tmp_path, text, message):
     path = tmp_path / "a.txt"
@@ -100,6 +101,8 @@ def test_summary_of_a_hand_made_timeline():
     assert result.offered_rps == 4 / 4.0  # 2.5, 3.0, 4.0 and 5.5 fall in [2, 6)
     assert result.dispatch_lag_mean_s == pytest.approx(0.3 / 6) and result.dispatch_lag_max_s == pytest.approx(0.2)
     assert result.window_s == 4.0 and result.concurrency == 0
+    # The window read until 106 but the sender stopped at 105.5: the arrival due at 5.5 was never offered.
+    assert summarize(recs[:5], arrivals, 100.0, 102.0, 106.0, stop_at=105.5).offered_rps == 3 / 3.5
 
 
 MAX_TOKENS = 8

@@ -84,10 +84,13 @@ def test_a_meeting_guess_is_raised_by_half_until_it_fails():
     assert found.max_rate_rps == 3.9375 and found.bracket_rps == (3.9375, 4.125) and found.upper_failed
 
 
-def test_raises_that_never_fail_leave_the_top_unprobed_as_the_planner_does():
+def test_raises_that_never_fail_leave_the_top_unprobed():
     asked, measure = scripted(100.0)
-    found = bisect_rate(measure, 1.0, steps=1)
+    found = bisect_rate(measure, 1.0, steps=1, max_raises=2)
     assert asked == [1.0, 1.5, 2.25, (2.25 + 3.375) / 2]
     assert found.bracket_rps == (2.8125, 3.375) and not found.upper_failed
     with pytest.raises(ValueError, match="guess > 0"):
         bisect_rate(measure, 0.0, steps=1)
+    asked, measure = scripted(100.0)  # the planner's raises by default: on to 1.5**12 = 130x the guess
+    found = bisect_rate(measure, 1.0, steps=0)
+    assert found.upper_failed and found.bracket_rps == (1.5**11, 1.5**12) and len(asked) == 13

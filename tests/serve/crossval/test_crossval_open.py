@@ -42,7 +42,10 @@ EMULATED = "configs/emulated-r2r-a100.yaml"
     [(["-n", "2", "--rate", "5"], "--rate: sets the open loop; --concurrency the closed loop"),
      (["--rate", "0"], "--rate: must be finite and > 0"), (["--rate", "fast"], "--rate: must be comma-separated"),
      (["--rate", "5,inf"], "--rate: must be finite"), (["--arrival-seed", "3"], "--arrival-seed: seeds the Poisson"),
-     (["--rate", "1e-9"], "--rate: 1e-09 requests/s expects 1.2e-08 arrivals in the 12 s measured window")],
+     (["--rate", "1e-9"], "--rate: 1e-09 requests/s expects 1.2e-08 arrivals in the 12 s measured window"),
+     (["--rate", "5,5"], "--rate: 5 requests/s is given twice"),
+     (["--rate", "5", "--sim-s", "30"], "--sim-s: sizes the closed-loop cells, which --rate replaces"),
+     (["--rate", "5", "--full-grid-max-n", "8"], "--full-grid-max-n: sizes the closed-loop cells")],
 )  # fmt: skip
 def test_bad_open_loop_options_are_one_line_exit_2(args, message):
     result = runner.invoke(app, ["--config", EMULATED, *args])
@@ -229,7 +232,7 @@ def test_emulated_open_loop_run(tmp_path):
     out = tmp_path / "out"
     args = ["--config", EMULATED, "--rate", "20", "--thresholds", "1,1", "--routers", "markov",
             "--markov-p", "[[0.65,0.35],[1,0]]", "--markov-c", "[[1,0],[1,0]]", "--max-tokens", "16",
-            "--warmup-s", "0.3", "--measure-s", "2", "--repeats", "1", "--drift", "skip", "--sim-s", "10",
+            "--warmup-s", "0.3", "--measure-s", "2", "--repeats", "1", "--drift", "skip",
             "--out", str(out)]  # fmt: skip
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output + "".join(traceback.format_exception(*result.exc_info))
