@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 import time
+from typing import Any
 
 from trcore.memory import KVBudget
 from trserve.engine.types import Engine, EngineStepError, StepItem
@@ -42,6 +43,47 @@ def budget_fields(budget: KVBudget | None) -> tuple[int, int, int] | None:
     return None if budget is None else (budget.num_blocks, budget.block_size, budget.max_seqs or 0)
 
 
+class EngineHost:
+    """What an engine-only worker does with each message. It remembers the requests it has stepped and not
+    released, so that a driver's first call (its budget query: a call with no items, sent once before its first
+    step) frees what the engine still holds: a restarted driver knows none of it (the front end resumes those
+    requests as fresh ones), and a step call the dead driver sent just before it died may be read after the front
+    end's aborts, leaving blocks that no one would release (the pool then overcommits and steps fail)."""
+
+    def __init__(self, engine: Engine, mailbox: Any, model: int) -> None:
+        self.engine = engine
+        self.mailbox = mailbox
+        self.model = model
+        self.held: set[str] = set()
+        self.num_steps = 0
+
+    def handle(self, msg: Any) -> bool:
+        """Act on one message; False when it says to shut down."""
+        engine = self.engine
+        if isinstance(msg, StepCall):
+            if not msg.items:
+                self.release(list(self.held))  # a new driver: whatever is held belonged to one before it
+            self.held.update(item[0] for item in msg.items)
+            self.mailbox.send(DRIVER, step_reply(engine, msg))
+            self.num_steps += 1
+        elif isinstance(msg, Release | Abort):
+            self.release(msg.request_ids if isinstance(msg, Release) else [msg.request_id])
+        elif isinstance(msg, Probe):
+            resident = int(getattr(engine, "num_resident", len(getattr(engine, "kv", {}))))
+            self.mailbox.send(FRONTEND, State(self.model, msg.token, os.getpid(), resident, 0, engine.kv_usage(),
+                                              rss_bytes(), self.num_steps))  # fmt: skip
+        elif isinstance(msg, Shutdown):
+            return False
+        elif isinstance(msg, Rewire):
+            self.mailbox.rewire(msg.model, msg.address)
+        return True
+
+    def release(self, request_ids: list[str]) -> None:
+        for rid in request_ids:
+            self.engine.release(rid)
+            self.held.discard(rid)
+
+
 def run(spec: RunSpec, index: int) -> None:
     model = index - 1
     engine = start_engine(spec, model)
@@ -53,23 +95,11 @@ def run(spec: RunSpec, index: int) -> None:
         ready = Ready(index, os.getpid(), engine.kv_usage(), signals, mailbox.address, kv_capacity_tokens=capacity)
         mailbox.send(FRONTEND, ready)
         parent = os.getppid()
-        num_steps = 0
+        host = EngineHost(engine, mailbox, model)
         while os.getppid() == parent:
             for msg in mailbox.receive_all(1.0):
-                if isinstance(msg, StepCall):
-                    mailbox.send(DRIVER, step_reply(engine, msg))
-                    num_steps += 1
-                elif isinstance(msg, Release | Abort):
-                    for rid in msg.request_ids if isinstance(msg, Release) else [msg.request_id]:
-                        engine.release(rid)
-                elif isinstance(msg, Probe):
-                    resident = int(getattr(engine, "num_resident", len(getattr(engine, "kv", {}))))
-                    mailbox.send(FRONTEND, State(model, msg.token, os.getpid(), resident, 0, engine.kv_usage(),
-                                                 rss_bytes(), num_steps))  # fmt: skip
-                elif isinstance(msg, Shutdown):
+                if not host.handle(msg):
                     return
-                elif isinstance(msg, Rewire):
-                    mailbox.rewire(msg.model, msg.address)
     finally:
         engine.close()
 

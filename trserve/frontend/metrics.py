@@ -52,6 +52,7 @@ class Metrics:
         )  # fmt: skip
         #: Each subserver's own count at its last report: its counters restart with the process, this one does not.
         self._kv_events_seen: dict[tuple[str, str], int] = {}
+        self._kv_totals: dict[str, int] = {}  #: blocks of each model whose accounting was reported
         self.kv_waiting = Gauge(
             "tokenrouter_kv_waiting_admission", "New requests the model's core keeps waiting for KV now",
             ["model"], registry=reg,
@@ -168,12 +169,20 @@ class Metrics:
     def observe_memory(self, model: str, memory: dict[str, int]) -> None:
         """The core's KV accounting of one model (:func:`trserve.runtime.reports.memory_fields`)."""
         used, total = memory["blocks_used"], memory["blocks_total"]
+        self._kv_totals[model] = total
         for kind, value in (("total", total), ("used", used), ("parked", memory["blocks_parked"]),
                             ("free", total - used)):  # fmt: skip
             self.kv_blocks.labels(model, kind).set(value)
         for event in MEMORY_EVENTS:
             self._count_kv_event(model, event, memory[event])
         self.kv_waiting.labels(model).set(memory.get("waiting_admission", 0))
+
+    def _observe_no_blocks_held(self, model: str) -> None:
+        total = self._kv_totals.get(model)
+        if total is not None:
+            for kind, value in (("used", 0), ("parked", 0), ("free", total)):
+                self.kv_blocks.labels(model, kind).set(value)
+            self.kv_waiting.labels(model).set(0)
 
     def _count_kv_event(self, model: str, event: str, count: int) -> None:
         """Advance the counter by what ``model``'s subserver counted since its last report; a count lower than the
@@ -197,8 +206,12 @@ class Metrics:
         """Refresh the per-model gauges from probe answers."""
         for state in states:
             if state.model < 0:  # a driver or dispatcher process, not a model; lockstep's holds the models' KV
-                for model_index, memory in state.memory_by_model.items():
-                    self.observe_memory(self.name(model_index, 0), memory)
+                for model_index in range(len(self.model_names)):
+                    memory = state.memory_by_model.get(model_index)
+                    if memory is not None:
+                        self.observe_memory(self.name(model_index, 0), memory)
+                    else:  # no accounting (yet: a restarted lockstep driver before its first request) holds none
+                        self._observe_no_blocks_held(self.name(model_index, 0))
                 continue
             model = self.name(state.model, state.replica)
             self.queue_length.labels(model).set(state.num_ready)

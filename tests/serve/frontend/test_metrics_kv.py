@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from trserve.frontend.metrics import Metrics
+from trserve.runtime.messages import State
 
 
 def _memory(spilled: int, recomputed: int) -> dict[str, int]:
@@ -49,3 +50,33 @@ def test_models_count_apart():
     metrics.observe_memory("large", _memory(3, 10))
     events = _events(metrics)
     assert (events[("small", "spilled")], events[("large", "spilled")]) == (1, 3)
+
+
+def _blocks(metrics: Metrics, model: str) -> dict[str, float]:
+    families = text_string_to_metric_families(metrics.render().decode())
+    return {
+        s.labels["kind"]: s.value
+        for f in families
+        for s in f.samples
+        if s.name == "tokenrouter_kv_blocks" and s.labels["model"] == model
+    }
+
+
+def test_a_restarted_lockstep_driver_without_accounting_yet_reads_as_holding_no_blocks():
+    metrics = Metrics(["large", "small"])
+    driver = State(-1, 1, 100, 2, 1, 0.0, 0, 9, memory_by_model={0: _memory(2, 100), 1: _memory(0, 0)})
+    metrics.observe_states([driver])
+    assert _blocks(metrics, "large") == {"total": 10, "used": 3, "parked": 1, "free": 7}
+    restarted = State(-1, 2, 101, 0, 0, 0.0, 0, 0)  # it asks its engines for their budgets at its first request
+    metrics.observe_states([restarted])
+    assert _blocks(metrics, "large") == {"total": 10, "used": 0, "parked": 0, "free": 10}
+    assert _blocks(metrics, "small")["used"] == 0
+    assert _events(metrics)[("large", "spilled")] == 2  # what happened before the crash still counts
+    metrics.observe_states([State(-1, 3, 101, 0, 0, 0.0, 0, 1, memory_by_model={0: _memory(1, 10)})])
+    assert _blocks(metrics, "large")["used"] == 3 and _events(metrics)[("large", "spilled")] == 3
+
+
+def test_a_driver_that_never_accounted_for_a_model_adds_no_kv_series():
+    metrics = Metrics(["large", "small"])
+    metrics.observe_states([State(-1, 1, 100, 0, 0, 0.0, 0, 0)])  # per-token's dispatcher, or lockstep off
+    assert _blocks(metrics, "large") == {} and _blocks(metrics, "small") == {}
