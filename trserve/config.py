@@ -50,6 +50,10 @@ class AutoThresholdsConfig(StrictSection):
     drift_probe: DriftProbePlacement = "auto"
 
 
+#: ``batching.adaptive.tick_s``'s floor, and the most spans its window holds (each tick re-reads them all).
+MIN_TICK_S, MAX_WINDOW_SPANS = 0.1, 1000
+
+
 class AdaptiveThresholdsConfig(StrictSection):
     """Knobs of ``thresholds: adaptive`` (``trcore.adaptive.AdaptiveConfig``; docs/serving.md): the controller's
     sliding window, the predicted gain a switch needs, the time between switches and between solves; ``tick_s``
@@ -77,11 +81,16 @@ class AdaptiveThresholdsConfig(StrictSection):
 
     @model_validator(mode="after")
     def _within_the_cores_ranges(self) -> AdaptiveThresholdsConfig:
-        """The checks across knobs the core makes (``change_window_s`` below ``window_s``), named in full."""
+        """The checks across knobs the core makes (``change_window_s`` below ``window_s``), named in full, and
+        ``tick_s``'s lower bound (each tick re-reads the window's spans: its cost grows like window_s / tick_s^2)."""
         try:
             AdaptiveConfig(**self.core_knobs())
         except ConfigError as exc:
             raise ConfigError(f"batching.{exc.field}", exc.problem) from None
+        low = max(MIN_TICK_S, self.window_s / MAX_WINDOW_SPANS)
+        if self.tick_s < low:
+            raise ConfigError("batching.adaptive.tick_s", f"must be >= {low:g} s (at least {MIN_TICK_S} s and "
+                              f"window_s / {MAX_WINDOW_SPANS}), got {self.tick_s:g}")  # fmt: skip
         return self
 
     def core_knobs(self) -> dict[str, Any]:

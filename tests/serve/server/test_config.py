@@ -173,6 +173,16 @@ def test_settings_that_would_do_nothing_or_never_decide_are_refused(changes, mes
         make(**changes)
 
 
+@pytest.mark.parametrize(("window_s", "tick_s", "low"), [(5.0, 0.002, "0.1"), (500.0, 0.2, "0.5")])
+def test_a_tick_that_would_reread_a_window_of_thousands_of_spans_is_refused(window_s, tick_s, low):
+    # Each tick re-reads every span in the window: at window_s 5, tick_s 0.002 the controller took 1.5 cores.
+    knobs = {"window_s": window_s, "tick_s": tick_s}
+    with pytest.raises(ValueError, match=re.escape(f"batching.adaptive.tick_s: must be >= {low} s")):
+        make(batching={"thresholds": "adaptive", "adaptive": knobs})
+    knobs["tick_s"] = float(low)
+    assert make(batching={"thresholds": "adaptive", "adaptive": knobs}).batching.adaptive.tick_s == float(low)
+
+
 def test_lockstep_keeps_the_default_all_ones_thresholds():
     assert make(mode="lockstep", batching={"thresholds": [1, 1]}).mode == "lockstep"
 
