@@ -13,7 +13,7 @@ from typing import Any
 import simpy
 
 from trcore import CLIENT, Batch, ConfigError, PeerReq
-from trcore.adaptive import AdaptiveConfig, AdaptiveController, Retune
+from trcore.adaptive import AdaptiveConfig, AdaptiveController, Retune, in_force
 from trcore.adaptive_window import ObservationBuilder
 from trsim.clock import MAX_SPAN_S, TICKS_PER_S, to_ticks
 
@@ -148,11 +148,13 @@ def predicted_over_oracle(
     config: Any, phases: Sequence[Any], knobs: AdaptiveConfig, vectors: Sequence[Sequence[int]]
 ) -> list[float]:
     """Per phase, the throughput model's tok/s for ``vectors[k]`` over that for the phase's oracle vector, on the
-    phase's calibrated inputs (1.0: as good as what offline ``auto`` picks)."""
+    phase's calibrated inputs (1.0: as good as what offline ``auto`` picks). A vector that does not fit the phase's
+    concurrency (a phase ending at N = 8 with the (1, 12) learnt at N = 64) is evaluated as the policies run it
+    there: each threshold clamped to stay feasible (:func:`trcore.adaptive.in_force`, here (1, 8))."""
     out = []
     for (model, n), vector in zip(phase_models(config, phases, knobs), vectors, strict=True):
-        best = _optimum(model, n, knobs)
-        if tuple(vector) == best:
+        best, vector = _optimum(model, n, knobs), in_force(vector, n)
+        if vector == best:
             out.append(1.0)
             continue
         tok_s = [model.solve(n, b, method=knobs.method).throughput_tok_s for b in (vector, best)]

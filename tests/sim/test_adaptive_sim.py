@@ -3,6 +3,7 @@ the issue's collapse recovered by the controller on the simulated clock, hystere
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import yaml
@@ -11,14 +12,15 @@ from typer.testing import CliRunner
 from tokenrouter.cli import app
 from trcore import ConfigError
 from trcore.adaptive import AdaptiveConfig
-from trsim.adaptive import AdaptiveSimConfig
+from trsim.adaptive import AdaptiveSimConfig, predicted_over_oracle
 from trsim.driver import Simulation
-from trsim.scenario import Scenario, scenario_config
+from trsim.scenario import Scenario, load_scenario, scenario_config
 
 MODELS = [
     {"name": "slm", "latency": {"model": "table", "batch_sizes": [1, 64], "ms": [6.0, 18.0]}, "threshold": 8},
     {"name": "llm", "latency": {"model": "table", "batch_sizes": [1, 64], "ms": [27.9, 62.0]}},
 ]
+ROOT = Path(__file__).resolve().parents[2]
 COLLAPSE = {"P": [[0.85, 0.15], [0.5, 0.5]], "C": [[1.0, 1.0], [1.0, 1.0]]}
 
 
@@ -129,3 +131,14 @@ def test_cli_json_has_the_interface(tmp_path):
     assert [set(p) >= {"throughput_tok_s", "thresholds"} for p in out["phases"]] == [True, True]
     assert all(set(s) >= {"time_s", "old", "new", "predicted_gain"} for s in out["switches"])
     assert out["switches"], "the collapse should be switched away from"
+
+
+def test_a_final_vector_above_the_phase_concurrency_is_evaluated_as_the_policies_clamp_it():
+    # adaptive_stack.py: a phase at N = 8 can end with the (1, 12) learnt at N = 64; the policies run it as (1, 8).
+    path = ROOT / "trsim" / "scenarios" / "adaptive-phases.yaml"
+    config = replace(scenario_config(load_scenario(path), path.parent), adaptive=None)
+    knobs = AdaptiveConfig()
+    assert [p.concurrency for p in config.phases] == [64, 8, 64, 8]
+    wide = predicted_over_oracle(config, config.phases, knobs, [(1, 1), (1, 12), (1, 1), (1, 1)])
+    assert wide == predicted_over_oracle(config, config.phases, knobs, [(1, 1), (1, 8), (1, 1), (1, 1)])
+    assert 0 < wide[1] < 1
