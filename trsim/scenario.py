@@ -261,6 +261,9 @@ def _workload(spec: WorkloadSpec, base: Path) -> WorkloadConfig:
         "pairs": read_length_pairs(base / spec.lengths_file) if spec.lengths_file else None,
     }
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
+    for name in ("prompt_tokens", "output_tokens"):
+        if spec.lengths_file and getattr(spec, name) is not None:  # the pairs set both lengths of every request
+            raise ConfigError(f"workload.{name}", "the length pairs (lengths_file) set every request's; drop one")
     if config.arrival == "closed" and spec.rate_per_s is not None:
         raise ConfigError("workload.rate_per_s", "paces an open loop (arrival: poisson); a closed loop has none")
     if config.arrival == "poisson" and spec.rate_per_s is None:

@@ -69,6 +69,13 @@ def test_a_phase_lengths_beside_length_pairs_are_refused(r2r, tmp_path):
     refused(simulate_cli(tmp_path, body), "phases[0].output_tokens")
 
 
+@pytest.mark.parametrize("field", ["prompt_tokens", "output_tokens"])
+def test_workload_lengths_beside_a_lengths_file_are_refused(tmp_path, field):
+    (tmp_path / "lengths.jsonl").write_text('{"num_prompt_tokens": 16, "num_output_tokens": 50}\n')
+    body = f"workload: {{concurrency: 4, lengths_file: lengths.jsonl, {field}: 4}}\n"  # the pairs' lengths ran
+    refused(simulate_cli(tmp_path, body, "--tokens", 500), f"workload.{field}")
+
+
 def test_a_workload_preset_beside_a_lengths_file_is_refused(tmp_path):
     (tmp_path / "lengths.jsonl").write_text('{"num_prompt_tokens": 16, "num_output_tokens": 50}\n')
     body = "workload: {concurrency: 4, lengths_file: lengths.jsonl}\n"
