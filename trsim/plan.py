@@ -22,7 +22,7 @@ from trsim.hardware import load_hardware
 from trsim.lengths import constant
 from trsim.parallel import JobRunner, LocalRunner, run_jobs
 from trsim.placement import Placement, kv_capacities, kv_capacity_tokens, placements
-from trsim.plan_alone import Search, beside_routed
+from trsim.plan_alone import Search, beside_routed, pair_fits_nowhere
 from trsim.plan_inputs import MeasuredProfile, plan_models, with_stack
 from trsim.plan_memory import confirm_memory_bound, fits_closed_loop, mean_lengths, memory_bound
 from trsim.plan_open import max_rate, workload_of
@@ -178,12 +178,11 @@ def run_plan(cfg: PlanConfig, workers: int = 1, progress: Callable[[str, int], C
     runner = runner or LocalRunner(workers)
     clock, stage_s = time.perf_counter, {}
     found = feasible(cfg)
-    if not found:
-        raise ConfigError("--gpus", f"no placement of {list(cfg.models.values())} fits {cfg.num_gpus} {cfg.hardware}")
+    alone_only = None if found else pair_fits_nowhere(cfg, feasible)  # raises unless the large model alone fits
     start = clock()
     rows = _map(closed_loop, [(cfg, p) for p in found], runner, stage("closed loop", len(found)))
     ranked = sorted((_best_point(r, cfg.min_gain) for r in rows if r["points"]), key=lambda r: -r["throughput_tok_s"])
-    if not ranked:
+    if not ranked and found:
         raise ConfigError(
             "--concurrency",
             f"no placement runs any of N = {list(cfg.concurrencies)} with thresholds "
@@ -207,6 +206,8 @@ def run_plan(cfg: PlanConfig, workers: int = 1, progress: Callable[[str, int], C
         search = Search(feasible, closed_loop, _best_point, _open_loop, _pipeline_throughput, _placement_dict, _map)
         report.update(beside_routed(cfg, search, ranked, runner, stage))
         stage_s["large_alone"] = clock() - start
+        if alone_only:
+            report["routing_pays"]["verdict"] = alone_only
     return {**report, "stage_s": stage_s}
 
 
@@ -260,11 +261,11 @@ def _bound_point(bound: dict[str, Any]) -> dict[str, Any]:
 
 
 def _report(cfg: PlanConfig, ranked: list[dict[str, Any]], per_gpu: list[dict[str, Any]]) -> dict[str, Any]:
-    out = [_placement_dict(cfg, r) for r in ranked]
+    out = [_placement_dict(cfg, r) for r in ranked]  # none: the pair fits nowhere (the large model alone is planned)
     with_rate = [o for o in out if o.get("max_rate_rps")]  # bisected, and some rate met the targets
     best = {
-        "throughput": out[0]["label"],
-        "throughput_per_gpu": per_gpu[0]["placement"].label,
+        "throughput": out[0]["label"] if out else None,
+        "throughput_per_gpu": per_gpu[0]["placement"].label if per_gpu else None,
         "max_rate": max(with_rate, key=lambda o: o["max_rate_rps"])["label"] if with_rate else None,
     }
     config = asdict(replace(cfg, profiles=()))

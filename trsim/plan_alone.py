@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from trcore import ConfigError
 from trsim.parallel import JobRunner
 from trsim.placement import Placement
 from trsim.plan_inputs import last_model_stack, plan_models
@@ -51,6 +52,16 @@ def alone_config(cfg: PlanConfig) -> PlanConfig:
     name, shape = list(cfg.models.items())[-1]
     return replace(cfg, models={name: shape}, P=((1.0,),), C=((1.0,),), thresholds=((1,),), colocation=False,
                    stack=last_model_stack(cfg.stack))  # fmt: skip
+
+
+def pair_fits_nowhere(cfg: PlanConfig, feasible: Fn) -> str:
+    """Where no placement of the pair fits the GPUs: the plan's verdict when the large model alone fits and is
+    planned (``compare_alone``); else a ConfigError (saying when the large model alone would fit)."""
+    nowhere = f"no placement of {list(cfg.models.values())} fits {cfg.num_gpus} {cfg.hardware}"
+    solo = bool(feasible(alone_config(cfg)))
+    if not (solo and cfg.compare_alone):
+        raise ConfigError("--gpus", nowhere + ("; the large model alone fits: drop --no-large-alone" if solo else ""))
+    return f"{nowhere}: only the large model alone is planned"
 
 
 def search_alone(cfg: PlanConfig, search: Search, runner: JobRunner, stage: Stage) -> list[Row]:

@@ -28,7 +28,8 @@ def plot_plan(plan: Mapping[str, Any], path: str | Path | None = None, num_lines
         left.plot(xs, [best[x] for x in xs], marker="o", label=f"{p['label']} ({p['num_gpus']} GPUs)")
     left.set(xlabel="concurrent requests N", ylabel="committed tok/s", title="Closed loop (best thresholds per N)")
     left.set_xscale("log", base=2)
-    left.legend(fontsize=7)
+    if placements:  # none: the pair fits no placement (the large model alone is in the table)
+        left.legend(fontsize=7)
     rated = [p for p in placements if p.get("max_rate_rps") is not None]
     rated.sort(key=lambda p: p["max_rate_rps"])
     right.barh([f"{p['label']} ({p['num_gpus']} GPUs)" for p in rated], [p["max_rate_rps"] for p in rated])

@@ -87,7 +87,11 @@ def test_a_workload_preset_gives_a_scenario_its_lengths_not_its_arrivals(tmp_pat
      (["--open-run-s", "0"], "--open-run-s: must be a finite number of seconds > 0"),
      (["--gpus", "1000"], "--gpus: one node's GPUs, 1..64"),
      (["--gpus", "2", "--open-loop-top", "0", "--no-large-alone", "-N", "8", "--thresholds", "100,1"],
-      "--concurrency: no placement runs any of N = [8]")],
+      "--concurrency: no placement runs any of N = [8]"),
+     (["--gpus", "1", "--models", "small=Qwen3-8B,large=Qwen3-32B", "--no-large-alone"],
+      "fits 1 a100-80g; the large model alone fits: drop --no-large-alone"),
+     (["--pair", "r2r-qwen-1.5b-32b", "--models", "a=Qwen3-0.6B,b=Qwen3-4B", "--P", "[[0.5, 0.5], [1, 0]]", "--C",
+       "[[1, 1], [1, 1]]"], "--pair: gives the shapes, P and C, which --models, --P and --C all replace")],
 )  # fmt: skip
 def test_plan_refuses_targets_names_and_searches_with_no_answer(args, message):
     refused(run("plan", *args), message)

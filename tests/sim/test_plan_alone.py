@@ -98,3 +98,20 @@ def test_plan_json_ranks_the_large_model_alone_beside_the_routed_plans():
                                  "small=Qwen3-0.6B,large=Qwen3-4B", "--concurrency", "4", "--thresholds", "1,1",
                                  "--open-loop-top", "0", "--workers", "1", "--no-large-alone", "--json"]).stdout
     )  # fmt: skip
+
+
+def test_where_the_pair_fits_no_placement_the_large_model_alone_is_still_planned():
+    # Qwen3-8B and Qwen3-32B do not fit one A100-80G together; Qwen3-32B alone does (plan said only 'no placement').
+    result = CliRunner().invoke(app, ["plan", "--gpus", "1", "--models", "small=Qwen3-8B,large=Qwen3-32B",
+                                      "--concurrency", "8", "--thresholds", "1,1", "--open-loop-top", "0",
+                                      "--workers", "1", "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    assert plan["placements"] == [] and plan["best"]["throughput"] is None
+    ranking = plan["ranking"]
+    assert [r["label"] for r in ranking] == ["large alone 1x tp1"] and ranking[0]["throughput_tok_s"] > 0
+    assert plan["routing_pays"]["verdict"].endswith("fits 1 a100-80g: only the large model alone is planned")
+    table = CliRunner().invoke(app, ["plan", "--gpus", "1", "--models",
+                                     "small=Qwen3-8B,large=Qwen3-32B", "-N", "8", "--thresholds", "1,1",
+                                     "--open-loop-top", "0", "--workers", "1"], terminal_width=200)  # fmt: skip
+    assert table.exit_code == 0 and "large alone 1x tp1" in table.output and "only the large model" in table.output

@@ -109,6 +109,8 @@ def plan(
         raise ConfigError("--out", f"{out} is a file; give a folder for plan.json and plan.png")
     if open_loop_top == 0 and (given := [flag for name, flag in OPEN_LOOP_ONLY.items() if opt.given(ctx, name)]):
         raise ConfigError(given[0], "sets the open loop, which --open-loop-top 0 turns off; drop one of them")
+    if models is not None and P is not None and C is not None and opt.given(ctx, "pair"):
+        raise ConfigError("--pair", "gives the shapes, P and C, which --models, --P and --C all replace; drop one")
     _check_dtype(hardware, dtype)
     models = models or _pair_models(pair)
     P, C, _ = opt.pair_defaults(pair, P, C, "unused")

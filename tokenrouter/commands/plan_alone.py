@@ -27,7 +27,8 @@ def print_alone(result: dict[str, Any], console: Any) -> None:
         cells.add_row(str(c["concurrency"]), c["routed"], f"{c['routed_tok_s']:.0f}", c["alone"],
                       f"{c['alone_tok_s']:.0f}", f"{c['routed_over_alone']:.2f}",
                       "-" if share is None else f"{share:.3f}")  # fmt: skip
-    console.print(cells)
+    if pays["by_concurrency"]:  # none where the pair fits no placement
+        console.print(cells)
     console.print(pays["verdict"])
 
 

@@ -12,6 +12,11 @@ def print_table(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    if not result["placements"]:  # the pair fits no placement: the large model alone only
+        from tokenrouter.commands.plan_alone import print_alone
+
+        print_alone(result, Console())
+        return
     names = list(result["config"]["models"])
     table = Table(title=f"plan ({result['elapsed_s']:.0f} s), best first")
     for col in ("placement", "GPUs", *(f"{n} gpus/tp" for n in names), "N", "B", "tok/s", "tok/s/GPU", "sim tok/s",
