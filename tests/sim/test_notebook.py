@@ -52,3 +52,18 @@ def test_reexecuting_the_notebook_yields_the_same_cells_and_output_kinds(monkeyp
     text = "".join(o.get("text", "") for c in fresh if c.cell_type == "code" for o in c.outputs)
     assert "model B* = " in text and "simulated B* = " in text and "bursty simulation: B* = " in text
     assert "oracle's B* per phase: " in text and "adaptive " in text and "of the oracle's: " in text
+
+
+def test_the_scenario_cell_reads_relative_paths_and_sets_a_diurnal_days_phases(monkeypatch):
+    # The cell's config, for scenarios a user may point it at: adaptive-cpu names its profiles relative to its own
+    # folder (FileNotFoundError from the repository root), adaptive-diurnal's phases come from its day (the knob
+    # set only a phases: list's, so the day kept its 20 s phases).
+    cell = next(c for c in nbformat.read(NOTEBOOK, as_version=4).cells if 'SCENARIO = "' in c.source)
+    head, _, _ = cell.source.partition("runs = {")  # the config and the oracle, not the runs
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("TR_NB_PHASE_S", "10")
+    for name, num_phases in (("adaptive-cpu", 2), ("adaptive-diurnal", 12)):
+        scope: dict = {}
+        code = head.replace("trsim/scenarios/adaptive-phases.yaml", f"trsim/scenarios/{name}.yaml")
+        exec("import os\nfrom dataclasses import replace\n" + code, scope)
+        assert [p.duration_s for p in scope["plain"].phases] == [10.0] * num_phases, name
