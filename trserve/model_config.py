@@ -153,6 +153,13 @@ def check_memory(mode: str, backend: str, models: list[ModelConfig], kv_admissio
             f"server.kv_admission needs a KV pool on every model; backend {backend!r} has none without "
             "models[i].emulated.kv_tokens, so it would do nothing"
         )
+    if policy != "cost" and (pool_less or mode == "per-token"):  # a choice other than the default, made for nothing
+        where = (
+            "mode 'per-token' (its engines keep vLLM's own accounting)"
+            if mode == "per-token"
+            else f"backend {backend!r} without a KV pool on every model (models[i].emulated.kv_tokens)"
+        )
+        raise ValueError(f"memory.policy {policy!r} does nothing with {where}; leave it out")
     if kv_admission and (mode != "routed" or policy == "off"):
         why = f"mode {mode!r}" if mode != "routed" else "memory.policy 'off' (no KV accounting)"
         raise ValueError(f"server.kv_admission needs mode 'routed' with KV accounting; it does nothing with {why}")

@@ -119,6 +119,8 @@ def system_config(
         cfg["handoff"] = "readmit"
     if system in ("lockstep", "per-token"):
         cfg["mode"] = system
+    if system == "per-token":  # its free-running engines keep vLLM's own KV accounting: no policy to pick
+        cfg.pop("memory", None)
     return cfg
 
 

@@ -44,6 +44,10 @@ def test_every_system_is_a_valid_serve_config(system: str) -> None:
         assert cfg.batching.tables == [{1: 1, 4: 2}, {1: 1, 4: 1}]
     assert cfg.handoff == ("readmit" if system == "tokenrouter-readmit" else "session")
     assert cfg.mode == (system if system in ("lockstep", "per-token") else "routed")
+    lru = ServeConfig.model_validate(
+        system_config({**DEFAULT_CONFIG, "memory": {"policy": "lru"}}, system, "r2r", TABLE)
+    )
+    assert lru.memory.policy == ("cost" if system == "per-token" else "lru")  # per-token's engines keep vLLM's own
 
 
 def test_llm_only_needs_no_operating_point_of_the_router_it_ignores() -> None:

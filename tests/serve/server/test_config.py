@@ -160,6 +160,8 @@ def test_max_active_must_fit_every_engine():
      ({"mode": "per-token", "batching": {"thresholds": "adaptive"}}, "mode 'per-token' has no delayed batching"),
      ({"mode": "lockstep", "batching": {"tables": [{8: 2}, {}]}}, "batching.tables: mode 'lockstep'"),
      ({"backend": "hash", "server": {"kv_admission": True}}, "server.kv_admission needs a KV pool"),
+     ({"backend": "hash", "memory": {"policy": "lru"}}, "memory.policy 'lru' does nothing with backend 'hash'"),
+     ({"mode": "per-token", "memory": {"policy": "admission-limit"}}, "with mode 'per-token'"),
      ({"batching": {"thresholds": [1, 1], "tables": [{1: 4}, {1: 4}]}}, "batching.tables: at 1 active requests"),
      ({"batching": {"tables": [{1: 1, 8: 70}, {1: 1}], "max_batch": 8}}, "batching.tables[0]: entry 8: 70 is above"),
      ({"batching": {"thresholds": "adaptive", "adaptive": {"window_s": float("inf")}}}, "finite"),
@@ -205,3 +207,9 @@ def test_thresholds_beyond_max_batch_are_refused_naming_the_field_in_force():
     adaptive = make(batching={"thresholds": "adaptive", "adaptive": {"initial": [0, 1]}})
     with pytest.raises(ConfigError, match=r"batching.adaptive.initial.0: must be within 1..64 \(max_num_seqs\)"):
         resolve_thresholds(adaptive)
+
+
+def test_the_default_memory_policy_stays_accepted_where_it_does_nothing():
+    """A printed config (every field given) of a pool-less or per-token server loads back."""
+    for changes in ({"backend": "hash"}, {"mode": "per-token"}):
+        assert make(**changes, memory={"policy": "cost"}).memory.policy == "cost"
