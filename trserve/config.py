@@ -10,7 +10,7 @@ from pydantic import Field, model_validator
 from trcore.adaptive_config import AdaptiveConfig
 from trcore.errors import ConfigError
 from trcore.policy import check_tables
-from trserve.model_config import ModelConfig, StrictSection, check_memory, check_models
+from trserve.model_config import ClusterConfig, ModelConfig, StrictSection, check_cluster, check_memory, check_models
 from trserve.pairs.fill import apply_pair
 
 Mode = Literal["routed", "lockstep", "per-token"]
@@ -163,41 +163,6 @@ class ServerConfig(StrictSection):
     bind_host: str = "127.0.0.1"
 
 
-Strategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
-
-
-class NodeConstraintConfig(StrictSection):
-    """Where one model's worker processes may run on a Ray cluster: node ``labels`` the node must carry
-    (``ray start --labels``) and custom ``resources`` its bundle asks for (``ray start --resources``)."""
-
-    labels: dict[str, str] = Field(default_factory=dict)
-    resources: dict[str, float] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _resources_positive(self) -> NodeConstraintConfig:
-        bad = {k: v for k, v in self.resources.items() if not v > 0 or k in ("CPU", "GPU")}
-        if bad:
-            raise ValueError(f"resources must be custom names (not CPU/GPU: placement gives those) > 0, got {bad}")
-        return self
-
-
-class ClusterConfig(StrictSection):
-    """``cluster:``: run the worker processes as Ray actors on a Ray cluster (see trserve.cluster). One placement
-    group holds a bundle per worker ({"CPU": its cores} or, with ``accelerator: gpu``, {"GPU":
-    tensor_parallel_size, "CPU": ...}), placed by ``strategy``; ``nodes`` pins a model's workers by node label or
-    custom resource. Tokens and hand-offs stay on ZeroMQ."""
-
-    backend: Literal["ray"] = "ray"
-    #: ``auto`` (the cluster ``ray start --head`` made on this machine), ``ray://host:10001`` or ``host:6379``.
-    address: str = Field("auto", min_length=1)
-    strategy: Strategy = "PACK"
-    accelerator: Literal["cpu", "gpu"] = "cpu"
-    namespace: str = Field("tokenrouter", min_length=1)
-    #: Seconds to wait for the placement group (every bundle placed) before giving up with the cluster's resources.
-    placement_timeout_s: float = Field(60.0, gt=0)
-    nodes: dict[str, NodeConstraintConfig] = Field(default_factory=dict)
-
-
 class ServeConfig(StrictSection):
     """Everything ``tokenrouter serve`` needs. Model ``i`` in ``models`` is model index ``i`` of the routing
     program; requests enter at ``entry_model``. ``pair`` names the model pair (``models/<pair>/``) the models are:
@@ -245,7 +210,7 @@ class ServeConfig(StrictSection):
             raise ValueError(f"{given}: mode {self.mode!r} has no delayed batching, so it would do nothing")
         check_models(self.mode, self.backend, self.models)
         if self.cluster is not None:
-            _check_cluster(self.cluster, self.mode, self.models)
+            check_cluster(self.cluster, self.mode, self.models)
         check_memory(self.mode, self.backend, self.models, self.server.kv_admission, self.memory.policy)
         if self.batching.adaptive != AdaptiveThresholdsConfig() and thresholds != "adaptive":  # it would do nothing
             raise ConfigError("batching.adaptive", f"tunes thresholds: adaptive; thresholds is {thresholds!r}")
@@ -268,23 +233,6 @@ class ServeConfig(StrictSection):
     def max_model_len(self) -> int:
         """The context limit a request must fit on every model it may visit."""
         return min(m.max_model_len for m in self.models)
-
-
-def _check_cluster(cluster: ClusterConfig, mode: str, models: list[ModelConfig]) -> None:
-    if mode != "routed":
-        raise ValueError(f"cluster runs the routed mode only (mode {mode!r} is a single-machine baseline)")
-    names = [m.name for m in models]
-    unknown = sorted(set(cluster.nodes) - set(names))
-    if unknown:
-        raise ValueError(f"cluster.nodes names unknown models {unknown}; models are {names}")
-    for i, m in enumerate(models):
-        if cluster.accelerator == "gpu" and m.placement.gpus is not None:
-            raise ValueError(
-                f"models.{i}.placement.gpus: on a Ray cluster Ray picks the GPUs of each bundle; drop the ids and "
-                "set tensor_parallel_size (cluster.accelerator: gpu gives each worker that many)"
-            )
-        if cluster.accelerator == "cpu" and m.placement.gpus is not None:
-            raise ValueError(f"models.{i}.placement.gpus needs cluster.accelerator: gpu")
 
 
 def load_config(path: str | Path, pair: str | None = None) -> ServeConfig:

@@ -1,6 +1,7 @@
 """One model's section of the serve config (``models[i]``): its checkpoint and engine limits, its replicas, where
 they run (:class:`PlacementConfig`) and, with ``backend: emulated``, its step time (:class:`EmulatedConfig`); and
-the checks across the models of one config (:func:`check_models`)."""
+the checks across the models of one config (:func:`check_models`); and ``cluster:``, the Ray cluster the models'
+worker processes may run on (:class:`ClusterConfig`, :func:`check_cluster`)."""
 
 from __future__ import annotations
 
@@ -163,3 +164,56 @@ def check_memory(mode: str, backend: str, models: list[ModelConfig], kv_admissio
     if kv_admission and (mode != "routed" or policy == "off"):
         why = f"mode {mode!r}" if mode != "routed" else "memory.policy 'off' (no KV accounting)"
         raise ValueError(f"server.kv_admission needs mode 'routed' with KV accounting; it does nothing with {why}")
+
+
+Strategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
+
+
+class NodeConstraintConfig(StrictSection):
+    """Where one model's worker processes may run on a Ray cluster: node ``labels`` the node must carry
+    (``ray start --labels``) and custom ``resources`` its bundle asks for (``ray start --resources``)."""
+
+    labels: dict[str, str] = Field(default_factory=dict)
+    resources: dict[str, float] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _resources_positive(self) -> NodeConstraintConfig:
+        bad = {k: v for k, v in self.resources.items() if not v > 0 or k in ("CPU", "GPU")}
+        if bad:
+            raise ValueError(f"resources must be custom names (not CPU/GPU: placement gives those) > 0, got {bad}")
+        return self
+
+
+class ClusterConfig(StrictSection):
+    """``cluster:``: run the worker processes as Ray actors on a Ray cluster (see trserve.cluster). One placement
+    group holds a bundle per worker ({"CPU": its cores} or, with ``accelerator: gpu``, {"GPU":
+    tensor_parallel_size, "CPU": ...}), placed by ``strategy``; ``nodes`` pins a model's workers by node label or
+    custom resource. Tokens and hand-offs stay on ZeroMQ."""
+
+    backend: Literal["ray"] = "ray"
+    #: ``auto`` (the cluster ``ray start --head`` made on this machine), ``ray://host:10001`` or ``host:6379``.
+    address: str = Field("auto", min_length=1)
+    strategy: Strategy = "PACK"
+    accelerator: Literal["cpu", "gpu"] = "cpu"
+    namespace: str = Field("tokenrouter", min_length=1)
+    #: Seconds to wait for the placement group (every bundle placed) before giving up with the cluster's resources.
+    placement_timeout_s: float = Field(60.0, gt=0)
+    nodes: dict[str, NodeConstraintConfig] = Field(default_factory=dict)
+
+
+def check_cluster(cluster: ClusterConfig, mode: str, models: list[ModelConfig]) -> None:
+    """``cluster`` agrees with the mode and the models (ValueError naming the field otherwise)."""
+    if mode != "routed":
+        raise ValueError(f"cluster runs the routed mode only (mode {mode!r} is a single-machine baseline)")
+    names = [m.name for m in models]
+    unknown = sorted(set(cluster.nodes) - set(names))
+    if unknown:
+        raise ValueError(f"cluster.nodes names unknown models {unknown}; models are {names}")
+    for i, m in enumerate(models):
+        if cluster.accelerator == "gpu" and m.placement.gpus is not None:
+            raise ValueError(
+                f"models.{i}.placement.gpus: on a Ray cluster Ray picks the GPUs of each bundle; drop the ids and "
+                "set tensor_parallel_size (cluster.accelerator: gpu gives each worker that many)"
+            )
+        if cluster.accelerator == "cpu" and m.placement.gpus is not None:
+            raise ValueError(f"models.{i}.placement.gpus needs cluster.accelerator: gpu")

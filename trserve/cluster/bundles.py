@@ -3,8 +3,8 @@ Ray reserves for it on one node) and its node label selector. Pure functions; no
 
 from __future__ import annotations
 
-from trserve.config import ClusterConfig, NodeConstraintConfig, ServeConfig
-from trserve.model_config import ModelConfig
+from trserve.config import ServeConfig
+from trserve.model_config import ClusterConfig, ModelConfig, NodeConstraintConfig
 from trserve.runtime.placement import Placement, available_cpus, place_processes
 
 Bundle = dict[str, float]

@@ -19,7 +19,7 @@ from typing import Any
 from trserve.cluster.bundles import Bundle, bundles_of, describe, label_selectors
 from trserve.cluster.handles import LOG_TAIL_LINES, ClusterError, LaunchOrder
 from trserve.cluster.host import WorkerHost
-from trserve.config import ClusterConfig
+from trserve.model_config import ClusterConfig
 from trserve.runtime.placement import Placement
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ import pytest
 from tests.serve.cluster.conftest import LocalCluster
 from trserve.cluster.handles import ClusterError
 from trserve.cluster.ray_spawner import RaySpawner, connect
-from trserve.config import ClusterConfig
+from trserve.model_config import ClusterConfig
 from trserve.runtime.placement import Placement
 
 ONE_CORE = Placement(cpus=(0,))
