@@ -22,12 +22,14 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from trcore import CLIENT, Batch, BatchingPolicy, KVMemory, PeerReq, ProgramError, StepResult, Subserver
 from trcore.memory import KVBudget
 from trserve.runtime.memory_setup import memory_for
 from trserve.runtime.messages import (
+    RESUME_MODEL,
     Abort,
     Failed,
     Probe,
@@ -46,6 +48,7 @@ from trserve.runtime.reports import (
     finished_message,
     memory_fields,
     queued_ids,
+    resume_points,
     rss_bytes,
     unservable_failures,
 )
@@ -133,7 +136,7 @@ class LockstepDriver:
         for msg in messages:
             if isinstance(msg, PeerReq):
                 if not msg.is_finished and msg.spec is not None:
-                    self.subs[self.entry].receive(msg, self.clock())  # a new request from the front end
+                    self._admit(msg)
             elif isinstance(msg, Abort):
                 self._forget(msg.request_id)
             elif isinstance(msg, Probe):
@@ -142,6 +145,13 @@ class LockstepDriver:
                 self.mailbox.rewire(msg.model, msg.address)
             elif isinstance(msg, Shutdown):
                 self.is_stopping = True
+
+    def _admit(self, msg: PeerReq) -> None:
+        """A request from the front end: a new one starts on the entry model; one resumed after a crash on the model
+        its last step's route named (``RESUME_MODEL``), with that step's routing state, as in the routed mode."""
+        extra = dict(msg.extra)
+        model = int(extra.pop(RESUME_MODEL, self.entry))
+        self.subs[model].receive(replace(msg, extra=extra), self.clock())
 
     def _state(self, token: int) -> State:
         """The answer to a probe: the requests held, those ready, and each model's KV accounting."""
@@ -213,10 +223,12 @@ class LockstepDriver:
             else:
                 num_handoffs += 1
                 self.subs[dest].receive(msg, now)
-        tokens = committed_tokens(batch, before, {f.request_id for f in finished})
+        done = {f.request_id for f in finished}
+        tokens = committed_tokens(batch, before, done)
+        routes = resume_points(batch, handoffs, done, sub.program.moving_extra)  # where to resume after a crash
         report = StepReport(
             model, batch.size, sum(batch.num_new_tokens), reply.step_s, sub.num_ready, len(sub.requests),
-            num_handoffs, reply.kv_usage, tokens=tokens, finished=finished,
+            num_handoffs, reply.kv_usage, tokens=tokens, finished=finished, routes=routes,
             emulated_s=reply.emulated_s, wait_cpu_s=reply.wait_cpu_s, memory=memory_fields(sub.memory),
         )  # fmt: skip
         self.mailbox.send(FRONTEND, report)

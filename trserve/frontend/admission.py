@@ -22,7 +22,7 @@ from trcore.program import PROGRAMS, RoutingProgram
 from trcore.replicas import PIN_KEY
 from trserve.config import ServeConfig
 from trserve.frontend.api_models import SamplingFields
-from trserve.runtime.messages import INCARNATION
+from trserve.runtime.messages import INCARNATION, RESUME_MODEL
 
 #: Largest ``routing_extra`` (as compact JSON) and most keys a request may bring; it travels with every hand-off.
 MAX_ROUTING_EXTRA_BYTES = 4096
@@ -159,7 +159,7 @@ def check_extras(body: SamplingFields) -> None:
     if body.stream_options is not None and not body.stream:
         raise Refused("stream_options", "only allowed with stream: true (as OpenAI's and vLLM's servers answer)")
     extra = body.routing_extra or {}
-    for key, what in ((INCARNATION, "crash recovery"), (PIN_KEY, "replica pins")):
+    for key, what in ((INCARNATION, "crash recovery"), (RESUME_MODEL, "crash recovery"), (PIN_KEY, "replica pins")):
         if key in extra:
             raise Refused("routing_extra", f"routing_extra.{key} is the server's own key ({what})")
     try:

@@ -65,6 +65,9 @@ class FrontEnd(Inbound):
         self.down: dict[int, str] = {}
         #: Processes in ``down`` that are restarting (requests wait for them, see :mod:`trserve.frontend.recovery`).
         self.restarting: set[int] = set()
+        #: Lockstep: the entry model, process ``entry`` being a driver that steps every model (a resumed request goes
+        #: to it, naming the model that continues it); None: process ``entry`` serves the entry model itself.
+        self.driven_entry: int | None = None
         self.ready_waiters: dict[int, asyncio.Future[Ready]] = {}
         self.on_ready: Callable[[Ready], None] | None = None
         #: Tokens of KV each process's cache holds, as its ``Ready`` said (absent or 0: not enforced).

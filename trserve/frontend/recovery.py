@@ -14,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 
 from trserve.frontend.book import FrontEnd
 from trserve.frontend.generation import Failure, Generation
 from trserve.frontend.metrics import Metrics
-from trserve.runtime.messages import Abort
+from trserve.runtime.messages import RESUME_MODEL, Abort
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +77,13 @@ class Recovery:
         if reason is not None:  # its last token came before the crash; only the report of its end was lost
             fe.finish(gen, reason)
             return
-        model, msg = gen.resume(fe.num_models, fe.entry)
+        driven = fe.driven_entry
+        model, msg = gen.resume(fe.num_models, fe.entry if driven is None else driven)
         gen.last_progress = time.monotonic()
         self.metrics.resumed.inc()
-        if fe.pinning is None:
+        if driven is not None:  # lockstep: the driver steps every model; the message names the one to continue on
+            fe.send(fe.entry, replace(msg, extra={**msg.extra, RESUME_MODEL: model}))
+        elif fe.pinning is None:
             fe.send(model if model in fe.mailbox.destinations else fe.entry, msg)
         else:  # every replica dropped what it held of the request: it is pinned afresh
             msg = fe.pinning.repin(gen, msg)

@@ -13,6 +13,12 @@ from trcore import PeerReq
 INCARNATION = "trserve_incarnation"
 
 
+#: Routing-extra key of a request the front end resumes on the lockstep driver after a crash: the model that
+#: continues it (its last step's route). The driver, which steps every model, receives it on that model, as the
+#: routed mode sends it to that model's process.
+RESUME_MODEL = "trserve_resume_model"
+
+
 def incarnation_of(extra: Mapping[str, Any]) -> int:
     return int(extra.get(INCARNATION, 0))
 

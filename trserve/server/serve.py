@@ -176,6 +176,8 @@ def start_frontend(
     frontend.start()
     if cfg.mode == "routed":
         frontend.thresholds = tuple(spec.thresholds)
+    if cfg.mode == "lockstep":
+        frontend.driven_entry = cfg.entry_model
     if cfg.mode == "routed" and cfg.batching.thresholds == "adaptive":
         frontend.tuner = _tuner(cfg, spec, frontend, metrics)
         frontend.tuner.start()

@@ -87,6 +87,7 @@ BAD_FIELDS = [
     ({"routing_extra": {"k": "v" * 5000}}, "routing_extra", "4096 bytes"),
     ({"routing_extra": {str(k): k for k in range(33)}}, "routing_extra", "32 keys"),
     ({"routing_extra": {"trserve_incarnation": 3}}, "routing_extra", "server's own key"),
+    ({"routing_extra": {"trserve_resume_model": 1}}, "routing_extra", "server's own key"),
     ({"prompt": ""}, "prompt", "tokenizes to no tokens"),
     ({"prompt": [5] * (MAX_MODEL_LEN - 3), "max_tokens": 4}, "max_tokens", "context limit"),
     ({"min_tokens": 9}, "min_tokens", "exceeds max_tokens"),
