@@ -13,11 +13,12 @@ import logging
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from trcore import CLIENT, Batch, BatchingPolicy, PeerReq, ProgramError, RoutingProgram, StepResult, Subserver
 from trserve.runtime.messages import (
+    RESUME_MODEL,
     Abort,
     Failed,
     OneToken,
@@ -29,7 +30,7 @@ from trserve.runtime.messages import (
     StepReport,
     TokenReply,
 )
-from trserve.runtime.reports import committed_tokens, failure_report, finished_message, rss_bytes
+from trserve.runtime.reports import committed_tokens, failure_report, finished_message, resume_points, rss_bytes
 from trserve.runtime.runspec import RunSpec
 from trserve.runtime.transport import FRONTEND
 from trserve.runtime.worker import build_program, worker_main
@@ -88,9 +89,13 @@ class Dispatcher:
             self.is_stopping = True
 
     def _start(self, msg: PeerReq) -> None:
+        """A request from the front end: a new one starts on the entry model; one resumed after a crash on the model
+        its last step's route named (``RESUME_MODEL``), with that step's routing state, as in the routed mode."""
         flight = Flight([Subserver(p, ONE_AT_A_TIME) for p in self.programs])
         self.flights[msg.request_id] = flight
-        flight.subs[self.entry].receive(msg, time.monotonic())
+        extra = dict(msg.extra)
+        model = int(extra.pop(RESUME_MODEL, self.entry))
+        flight.subs[model].receive(replace(msg, extra=extra), time.monotonic())
         self._ask(msg.request_id, flight)
 
     def _ask(self, request_id: str, flight: Flight) -> None:
@@ -126,9 +131,11 @@ class Dispatcher:
             else:
                 num_handoffs += 0 if msg.is_finished else 1
                 flight.subs[dest].receive(msg, now)
-        tokens = committed_tokens(batch, [flight.output_before], {f.request_id for f in finished})
+        done = {f.request_id for f in finished}
+        tokens = committed_tokens(batch, [flight.output_before], done)
+        routes = resume_points(batch, handoffs, done, flight.subs[model].program.moving_extra)
         report = StepReport(model, 1, flight.num_sent, reply.latency_s, 0, len(self.flights),
-                            num_handoffs, 0.0, tokens=tokens, finished=finished)  # fmt: skip
+                            num_handoffs, 0.0, tokens=tokens, finished=finished, routes=routes)  # fmt: skip
         self.mailbox.send(FRONTEND, report)
         if finished:
             del self.flights[reply.request_id]

@@ -65,8 +65,8 @@ class FrontEnd(Inbound):
         self.down: dict[int, str] = {}
         #: Processes in ``down`` that are restarting (requests wait for them, see :mod:`trserve.frontend.recovery`).
         self.restarting: set[int] = set()
-        #: Lockstep: the entry model, process ``entry`` being a driver that steps every model (a resumed request goes
-        #: to it, naming the model that continues it); None: process ``entry`` serves the entry model itself.
+        #: Lockstep and per-token: the entry model, process ``entry`` being a driver or dispatcher for every model (a
+        #: resumed request goes to it, naming the model that continues it); None: ``entry`` serves the entry model.
         self.driven_entry: int | None = None
         self.ready_waiters: dict[int, asyncio.Future[Ready]] = {}
         self.on_ready: Callable[[Ready], None] | None = None

@@ -81,7 +81,7 @@ class Recovery:
         model, msg = gen.resume(fe.num_models, fe.entry if driven is None else driven)
         gen.last_progress = time.monotonic()
         self.metrics.resumed.inc()
-        if driven is not None:  # lockstep: the driver steps every model; the message names the one to continue on
+        if driven is not None:  # lockstep, per-token: process 0 serves every model; the message names the one to go on
             fe.send(fe.entry, replace(msg, extra={**msg.extra, RESUME_MODEL: model}))
         elif fe.pinning is None:
             fe.send(model if model in fe.mailbox.destinations else fe.entry, msg)

@@ -176,7 +176,7 @@ def start_frontend(
     frontend.start()
     if cfg.mode == "routed":
         frontend.thresholds = tuple(spec.thresholds)
-    if cfg.mode == "lockstep":
+    if cfg.mode in ("lockstep", "per-token"):  # process 0 (driver, dispatcher) receives every request
         frontend.driven_entry = cfg.entry_model
     if cfg.mode == "routed" and cfg.batching.thresholds == "adaptive":
         frontend.tuner = _tuner(cfg, spec, frontend, metrics)
