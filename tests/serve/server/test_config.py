@@ -3,6 +3,7 @@
 import re
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from trcore.errors import ConfigError
@@ -152,6 +153,18 @@ def test_api_key_from_config_or_environment(monkeypatch):
 def test_max_active_must_fit_every_engine():
     with pytest.raises(ValidationError, match="max_num_seqs"):
         make(server={"max_active_requests": 100})
+
+
+def test_max_active_left_out_follows_the_models_max_num_seqs():
+    """Raising every model's max_num_seqs raises the requests in flight; lowering one lowers it, with no error."""
+    models = [{**TWO[0], "max_num_seqs": 256}, {**TWO[1], "max_num_seqs": 128}]
+    wide = ServeConfig.model_validate({"models": models, "server": {"port": 9000}})
+    assert wide.server.max_active_requests == 128 and wide.server.port == 9000
+    assert yaml.safe_load(dump_config(wide))["server"]["max_active_requests"] == 128  # printed as it runs
+    narrow = ServeConfig.model_validate({"models": [{**TWO[0], "max_num_seqs": 8}, TWO[1]]})
+    assert narrow.server.max_active_requests == 8
+    given = ServeConfig.model_validate({"models": models, "server": {"max_active_requests": 16}})
+    assert given.server.max_active_requests == 16
 
 
 @pytest.mark.parametrize(
