@@ -22,14 +22,12 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from trcore import CLIENT, Batch, BatchingPolicy, KVMemory, PeerReq, ProgramError, StepResult, Subserver
 from trcore.memory import KVBudget
 from trserve.runtime.memory_setup import memory_for
 from trserve.runtime.messages import (
-    RESUME_MODEL,
     Abort,
     Failed,
     Probe,
@@ -41,6 +39,7 @@ from trserve.runtime.messages import (
     StepCall,
     StepReply,
     StepReport,
+    resume_model,
 )  # fmt: skip
 from trserve.runtime.reports import (
     committed_tokens,
@@ -149,9 +148,8 @@ class LockstepDriver:
     def _admit(self, msg: PeerReq) -> None:
         """A request from the front end: a new one starts on the entry model; one resumed after a crash on the model
         its last step's route named (``RESUME_MODEL``), with that step's routing state, as in the routed mode."""
-        extra = dict(msg.extra)
-        model = int(extra.pop(RESUME_MODEL, self.entry))
-        self.subs[model].receive(replace(msg, extra=extra), self.clock())
+        model, msg = resume_model(msg, self.entry)
+        self.subs[model].receive(msg, self.clock())
 
     def _state(self, token: int) -> State:
         """The answer to a probe: the requests held, those ready, and each model's KV accounting."""

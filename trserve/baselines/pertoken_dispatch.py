@@ -13,12 +13,11 @@ import logging
 import os
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from trcore import CLIENT, Batch, BatchingPolicy, PeerReq, ProgramError, RoutingProgram, StepResult, Subserver
 from trserve.runtime.messages import (
-    RESUME_MODEL,
     Abort,
     Failed,
     OneToken,
@@ -29,6 +28,7 @@ from trserve.runtime.messages import (
     State,
     StepReport,
     TokenReply,
+    resume_model,
 )
 from trserve.runtime.reports import committed_tokens, failure_report, finished_message, resume_points, rss_bytes
 from trserve.runtime.runspec import RunSpec
@@ -93,9 +93,8 @@ class Dispatcher:
         its last step's route named (``RESUME_MODEL``), with that step's routing state, as in the routed mode."""
         flight = Flight([Subserver(p, ONE_AT_A_TIME) for p in self.programs])
         self.flights[msg.request_id] = flight
-        extra = dict(msg.extra)
-        model = int(extra.pop(RESUME_MODEL, self.entry))
-        flight.subs[model].receive(replace(msg, extra=extra), time.monotonic())
+        model, msg = resume_model(msg, self.entry)
+        flight.subs[model].receive(msg, time.monotonic())
         self._ask(msg.request_id, flight)
 
     def _ask(self, request_id: str, flight: Flight) -> None:

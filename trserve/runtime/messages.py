@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from trcore import PeerReq
@@ -13,10 +13,18 @@ from trcore import PeerReq
 INCARNATION = "trserve_incarnation"
 
 
-#: Routing-extra key of a request the front end resumes on the lockstep driver after a crash: the model that
-#: continues it (its last step's route). The driver, which steps every model, receives it on that model, as the
-#: routed mode sends it to that model's process.
+#: Routing-extra key of a request the front end resumes after a crash on a process that steps every model (the
+#: lockstep driver, the per-token dispatcher): the model that continues it (its last step's route). That process
+#: receives it on that model, as the routed mode sends it to that model's process.
 RESUME_MODEL = "trserve_resume_model"
+
+
+def resume_model(msg: PeerReq, entry: int) -> tuple[int, PeerReq]:
+    """Where a process that steps every model receives a request from the front end: a new one on ``entry``, one
+    resumed after a crash on the model its :data:`RESUME_MODEL` names; and the request without that key."""
+    extra = dict(msg.extra)
+    model = int(extra.pop(RESUME_MODEL, entry))
+    return model, replace(msg, extra=extra)
 
 
 def incarnation_of(extra: Mapping[str, Any]) -> int:
