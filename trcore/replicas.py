@@ -4,7 +4,8 @@ A run with ``replicas[m]`` copies of model ``m`` has one subserver process per (
 model: model 0's replicas first, then model 1's. With one replica of every model, process ``m`` is model ``m``.
 
 A request is **pinned** to one replica of every model when it is admitted (its KV cache lives on the replicas it
-visits), each the replica with the least load: requests ready plus resident there, as the driver sees them. The
+visits), each the replica with the least load: requests ready plus resident there, as the driver sees them, among
+the replicas with room for one more pinned request (a replica's engine holds at most its ``max_num_seqs``). The
 pins travel with the request (``Request.extra[PIN_KEY]``), so a model hands a request straight to the pinned
 replica of its destination. Both drivers (the simulator and the server's front end) use :func:`least_loaded`.
 """
@@ -80,15 +81,18 @@ class ReplicaTable:
             return model
         return self.first[model] + int(extra[PIN_KEY][model])
 
-    def pin(self, loads: Sequence[int]) -> tuple[int, ...]:
-        """Pins for a new request: per model, :func:`least_loaded` of its replicas (``loads`` by process)."""
-        return tuple(least_loaded([loads[p] for p in self.procs_of(m)]) for m in range(len(self.replicas)))
+    def pin(self, loads: Sequence[int], room: Sequence[bool] | None = None) -> tuple[int, ...]:
+        """Pins for a new request: per model, :func:`least_loaded` of its replicas (``loads`` by process), among
+        those with ``room[p]`` (None: every replica has room)."""
+        pins = []
+        for m in range(len(self.replicas)):
+            procs = self.procs_of(m)
+            pins.append(least_loaded([loads[p] for p in procs], None if room is None else [room[p] for p in procs]))
+        return tuple(pins)
 
 
-def least_loaded(loads: Sequence[int]) -> int:
-    """The replica with the smallest load (requests ready plus resident); the lowest index among equals."""
-    best = 0
-    for r in range(1, len(loads)):
-        if loads[r] < loads[best]:
-            best = r
-    return best
+def least_loaded(loads: Sequence[int], room: Sequence[bool] | None = None) -> int:
+    """The replica with the smallest load (requests ready plus resident) among those with ``room`` (all when None,
+    or when none has room); the lowest index among equals."""
+    candidates = [r for r in range(len(loads)) if room is None or room[r]] or list(range(len(loads)))
+    return min(candidates, key=lambda r: (loads[r], r))

@@ -138,8 +138,8 @@ class ServerConfig(StrictSection):
     served_model_name: str = "tokenrouter"
     api_key: str | None = None
     api_key_env: str = "TOKENROUTER_API_KEY"
-    #: Requests in flight at once; left out of a serve config: the smallest of the models' ``max_num_seqs`` (every
-    #: active request may be resident on every model), 64 by default.
+    #: Requests in flight at once; left out of a serve config: the smallest of the models' ``max_num_seqs`` times
+    #: their ``replicas`` (every active request may be resident on one replica of every model), 64 by default.
     max_active_requests: int = Field(64, ge=1)
     #: Requests waiting beyond ``max_active_requests`` before new ones get 429 (``Retry-After``); ``None`` (the
     #: default): no bound, every request queues, as vLLM's own server does.
@@ -216,14 +216,15 @@ class ServeConfig(StrictSection):
         check_memory(self.mode, self.backend, self.models, self.server.kv_admission, self.memory.policy)
         if self.batching.adaptive != AdaptiveThresholdsConfig() and thresholds != "adaptive":  # it would do nothing
             raise ConfigError("batching.adaptive", f"tunes thresholds: adaptive; thresholds is {thresholds!r}")
-        fewest, active = min(m.max_num_seqs for m in self.models), self.server.max_active_requests
+        fewest, active = min(m.max_num_seqs * m.replicas for m in self.models), self.server.max_active_requests
         if "max_active_requests" not in self.server.model_fields_set:  # not given: as many as every model holds
             server = self.server.model_copy(update={"max_active_requests": fewest})
             object.__setattr__(self, "server", server)  # a frozen section, filled once here
             active = fewest
         if self.mode != "per-token" and active > fewest:
             raise ValueError(f"server.max_active_requests ({active}) must not exceed the models' max_num_seqs "
-                             f"({fewest}): every active request may be resident on every model")  # fmt: skip
+                             f"x replicas ({fewest}): every active request may be resident on (a replica of) every "
+                             f"model")  # fmt: skip
         return self
 
     @property

@@ -35,6 +35,13 @@ def test_pin_chooses_per_model_by_process_load():
     assert table.pin([4, 2, 7, 7, 1]) == (1, 2)
 
 
+def test_a_replica_without_room_is_passed_over_even_when_least_loaded():
+    assert least_loaded([0, 5, 3], room=[False, True, True]) == 2
+    assert least_loaded([0, 5], room=[False, False]) == 0  # none has room: the rule as without room
+    table = ReplicaTable((2, 2))
+    assert table.pin([1, 9, 0, 4], room=[False, True, True, True]) == (1, 0)
+
+
 @pytest.mark.parametrize("replicas", [(), (1, 0)])
 def test_a_model_without_a_replica_is_refused(replicas):
     with pytest.raises(ConfigError, match="replicas"):

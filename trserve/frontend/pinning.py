@@ -6,11 +6,14 @@ the pinned replica of its destination (the pins travel in the request's routing 
 ``extra[trcore.replicas.PIN_KEY]``) and the front end stays the only writer of the counts. A replica's load is
 its queue (``num_ready`` of its latest step report) plus the active requests pinned to it (resident there, or
 pinned and not there yet: counting those keeps a burst of admissions from all picking the same replica of a model
-they have not reached). The simulator applies the same rule (``trsim.driver``).
+they have not reached). A replica already holding its ``max_num_seqs`` pinned requests takes no more (so
+``server.max_active_requests`` may reach the sum of a model's replicas' ``max_num_seqs``). The simulator applies
+the same rule (``trsim.driver``; it models no ``max_num_seqs``, so every replica has room there).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from trcore import PeerReq
@@ -23,8 +26,11 @@ class Pinning:
     """Pins, per-process pinned counts (``pinned[p]``: the count process ``p``'s threshold table keys on) and
     queues for a run with replicas."""
 
-    def __init__(self, table: ReplicaTable) -> None:
+    def __init__(self, table: ReplicaTable, caps: Sequence[int] | None = None) -> None:
+        """``caps[p]``: the most requests process ``p`` may hold pinned (its engine's ``max_num_seqs``); None: no
+        bound."""
         self.table = table
+        self.caps = None if caps is None else list(caps)
         self.pinned = [0] * table.num_procs
         self.queued = [0] * table.num_procs
 
@@ -35,7 +41,8 @@ class Pinning:
     def pin(self, gen: Generation) -> dict[str, object]:
         """Pin ``gen`` to the least-loaded replica of every model; returns its routing extra with the pins."""
         self.unpin(gen)
-        pins = self.table.pin(self.loads())
+        room = None if self.caps is None else [n < cap for n, cap in zip(self.pinned, self.caps, strict=True)]
+        pins = self.table.pin(self.loads(), room)
         gen.pins = pins
         for model, replica in enumerate(pins):
             self.pinned[self.table.proc(model, replica)] += 1

@@ -159,7 +159,8 @@ def start_frontend(
     replica_names = [[m.process_name(r) for r in range(m.replicas)] for m in cfg.models]
     metrics = Metrics([m.name for m in cfg.models], replica_names)
     table = spec.table
-    pinning = Pinning(table) if table.has_replicas else None
+    caps = [cfg.models[table.model_of(p)].max_num_seqs for p in range(table.num_procs)]
+    pinning = Pinning(table, caps) if table.has_replicas else None
     frontend = frontend_cls(
         spec.endpoints.bind_address(FRONTEND),
         {},  # workers are connected as they report ready (trserve.server.launch)

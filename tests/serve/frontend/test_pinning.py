@@ -38,3 +38,14 @@ def test_a_reported_queue_steers_new_requests_elsewhere():
     assert [pinning.pin(gen(i))[PIN_KEY][0] for i in range(4)] == [1, 1, 2, 1]
     pinning.forget_queue(0)  # replica 0 died: its queue went with it
     assert pinning.loads()[:3] == [0, 3, 2]
+
+
+def test_a_replica_at_its_max_num_seqs_takes_no_more_pins_whatever_its_queue():
+    pinning = Pinning(TABLE, caps=[2, 2, 2, 6])
+    pinning.on_report(StepReport(0, 4, 4, 0.01, 5, 5, 0, 0.0, replica=1))  # replica 1 has 5 ready
+    pinning.on_report(StepReport(0, 4, 4, 0.01, 5, 5, 0, 0.0, replica=2))
+    gens = [gen(i) for i in range(6)]
+    assert [pinning.pin(g)[PIN_KEY][0] for g in gens] == [0, 0, 1, 2, 1, 2]  # replica 0 full after two
+    assert pinning.pinned == [2, 2, 2, 6]
+    pinning.unpin(gens[3])  # on replica 2
+    assert pinning.pin(gen(9))[PIN_KEY][0] == 2  # the freed place, though replica 0 has no queue

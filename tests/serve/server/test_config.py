@@ -167,6 +167,15 @@ def test_max_active_left_out_follows_the_models_max_num_seqs():
     assert given.server.max_active_requests == 16
 
 
+def test_max_active_counts_every_replica_of_a_model():
+    """Each request is resident on one replica of each model, so replicas multiply what a model holds."""
+    models = [{**TWO[0], "max_num_seqs": 32, "replicas": 4}, {**TWO[1], "max_num_seqs": 64, "replicas": 3}]
+    assert ServeConfig.model_validate({"models": models}).server.max_active_requests == 128
+    assert ServeConfig.model_validate({"models": models, "server": {"max_active_requests": 128}})
+    with pytest.raises(ValidationError, match=r"max_num_seqs x replicas \(128\)"):
+        ServeConfig.model_validate({"models": models, "server": {"max_active_requests": 129}})
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [({"mode": "lockstep", "batching": {"thresholds": [4, 3]}}, "mode 'lockstep' has no delayed batching"),

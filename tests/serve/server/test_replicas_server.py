@@ -27,10 +27,11 @@ PROMPTS = [[300 + 11 * k + i for i in range(4 + k % 5)] for k in range(24)]
 MAX_TOKENS = 40
 PROB = 0.3
 PROCESSES = ("small-r0", "small-r1", "large-r0", "large-r1")
+MAX_NUM_SEQS = 8
 
 
 def replica_config() -> dict:
-    models = [{"name": name, "emulated": {"latency_ms": ms}, "max_num_seqs": 16, "replicas": 2}
+    models = [{"name": name, "emulated": {"latency_ms": ms}, "max_num_seqs": MAX_NUM_SEQS, "replicas": 2}
               for name, ms in (("small", 2.0), ("large", 4.0))]  # fmt: skip
     return {
         "mode": "routed",
@@ -38,7 +39,8 @@ def replica_config() -> dict:
         "models": models,
         "router": {"program": "schedule", "params": {"handoff_prob": 0.0, "seed": 0}},
         "batching": {"thresholds": [1, 2], "max_wait_ms": 10.0},
-        "server": {"max_active_requests": 16, "stall_timeout_s": 30.0, "restart": {"enabled": True, "max_restarts": 1}},
+        # max_active_requests left out: max_num_seqs x replicas, 16 (each replica holds at most its 8)
+        "server": {"stall_timeout_s": 30.0, "restart": {"enabled": True, "max_restarts": 1}},
     }
 
 
@@ -50,9 +52,10 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield process.url
 
 
-async def ask(url: str, kill_after_tokens: int | None = None) -> list[list[int]]:
+async def ask(url: str, kill_after_tokens: int | None = None, peaks: dict | None = None) -> list[list[int]]:
     """Every prompt at once (16 active, the rest wait); with ``kill_after_tokens``, SIGKILL small-r1 once that
-    many tokens were committed."""
+    many tokens were committed; with ``peaks``, record the most active requests and the most resident on each
+    process seen in ``/debug/state`` meanwhile."""
     async with httpx.AsyncClient(base_url=url, timeout=120) as client:
 
         async def one(k: int) -> list[int]:
@@ -64,6 +67,13 @@ async def ask(url: str, kill_after_tokens: int | None = None) -> list[list[int]]
             return list(response.json()["choices"][0]["token_ids"])
 
         tasks = [asyncio.ensure_future(one(k)) for k in range(len(PROMPTS))]
+        while peaks is not None and not all(t.done() for t in tasks):
+            state = (await client.get("/debug/state")).json()
+            peaks["active"] = max(peaks.get("active", 0), state["active"])
+            for w in state["workers"]:
+                key = (w["model"], w["replica"])
+                peaks[key] = max(peaks.get(key, 0), w["num_resident"])
+            await asyncio.sleep(0.01)
         if kill_after_tokens is not None:
             before = sum(metric_values((await client.get("/metrics")).text, "tokenrouter_tokens_total").values())
             while sum(metric_values((await client.get("/metrics")).text, "tokenrouter_tokens_total").values()) < (
@@ -89,8 +99,12 @@ def idle_state(url: str, timeout_s: float = 30.0) -> dict:
 
 
 def test_replicas_serve_the_reference_answers_and_every_replica_steps(url: str):
-    answers = asyncio.run(ask(url))
+    peaks: dict = {}
+    answers = asyncio.run(ask(url, peaks=peaks))
     assert answers == [expected(k) for k in range(len(PROMPTS))]
+    # The default admission limit is both replicas' max_num_seqs, and no replica held more than its own.
+    assert peaks.pop("active") == 2 * MAX_NUM_SEQS
+    assert 0 < max(peaks.values()) <= MAX_NUM_SEQS, peaks
     text = httpx.get(url + "/metrics").text
     steps = metric_values(text, "tokenrouter_steps_total")
     assert set(steps) == set(PROCESSES) and min(steps.values()) > 0, steps
