@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from trcore import RequestSpec
 from trcore.program import PROGRAMS, RoutingProgram
 from trcore.replicas import PIN_KEY
@@ -89,12 +91,13 @@ def admit(
     if not ids:
         raise Refused(prompt, f"the {prompt} is empty (it tokenizes to no tokens)")
     check_token_ids(prompt, ids, limits.vocab_size)
-    param = "max_completion_tokens" if chat else "max_tokens"
+    # the fields to name when prompt + output do not fit: the ones this request used
+    fields = (prompt, "max_completion_tokens" if getattr(body, "max_completion_tokens", None) else "max_tokens")
     asked = max_tokens
-    max_tokens = check_context(limits, len(ids), max_tokens, param)
+    max_tokens = check_context(limits, len(ids), max_tokens, fields)
     if asked is None and kv_capacity is not None and len(ids) < kv_capacity:
         max_tokens = min(max_tokens, kv_capacity - len(ids))  # "the room left": in the context and the KV cache
-    check_kv(kv_capacity, len(ids), max_tokens, param)
+    check_kv(kv_capacity, len(ids), max_tokens, fields)
     check_token_ids("stop_token_ids", body.stop_token_ids or (), limits.vocab_size)
     check_token_ids("logit_bias", list(body.logit_bias_ids), limits.vocab_size)
     if body.top_k is not None and body.top_k > limits.vocab_size:
@@ -110,7 +113,7 @@ def admit(
     if not body.ignore_eos:
         stop_ids |= limits.eos_token_ids
     return RequestSpec(
-        request_id=f"req-{uuid.uuid4().hex}",
+        request_id=f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",  # the answer's id, prefixed as vLLM's
         num_prompt_tokens=len(ids),
         max_tokens=max_tokens,
         stop_token_ids=frozenset(stop_ids),
@@ -126,34 +129,35 @@ def check_token_ids(param: str, ids: Sequence[int], vocab_size: int) -> None:
         raise Refused(param, f"token id {bad[0]} is outside the vocabulary of the served models (0..{vocab_size - 1})")
 
 
-def check_context(limits: Limits, num_prompt: int, max_tokens: int | None, param: str) -> int:
-    """``max_tokens`` (the room left when not given) once prompt + output fits every model's context."""
+def check_context(limits: Limits, num_prompt: int, max_tokens: int | None, fields: tuple[str, str]) -> int:
+    """``max_tokens`` (the room left when not given) once prompt + output fits every model's context; ``fields``:
+    the request's names of the prompt and of the output limit (``messages``, ``max_completion_tokens`` in chat)."""
     limit = limits.max_model_len
     if max_tokens is None and num_prompt < limit:
         return limit - num_prompt
     if max_tokens is None or num_prompt + max_tokens > limit:
-        asked = "no room for output" if max_tokens is None else f"max_tokens ({max_tokens})"
+        asked = "no room for output" if max_tokens is None else f"{fields[1]} ({max_tokens})"
         raise Refused(
-            param if num_prompt < limit else "prompt",
+            fields[1] if num_prompt < limit else fields[0],
             f"prompt ({num_prompt} tokens) + {asked} exceeds the context limit of {limit} tokens "
             "(the smallest max_model_len of the models a request may visit)",
         )
     return max_tokens
 
 
-def check_kv(kv_capacity: int | None, num_prompt: int, max_tokens: int, param: str) -> None:
+def check_kv(kv_capacity: int | None, num_prompt: int, max_tokens: int, fields: tuple[str, str]) -> None:
     """A request whose whole sequence cannot fit the smallest KV cache could never run; refuse it now."""
     if kv_capacity is not None and num_prompt + max_tokens > kv_capacity:
         raise Refused(
-            param if num_prompt < kv_capacity else "prompt",
-            f"prompt ({num_prompt} tokens) + max_tokens ({max_tokens}) exceeds the KV cache of {kv_capacity} "
+            fields[1] if num_prompt < kv_capacity else fields[0],
+            f"prompt ({num_prompt} tokens) + {fields[1]} ({max_tokens}) exceeds the KV cache of {kv_capacity} "
             "tokens (the smallest of the models a request may visit); lower max_tokens or give the models more KV "
             "cache (kv_cache_gib; emulated.kv_tokens on emulated engines)",
         )
 
 
 def check_extras(body: SamplingFields) -> None:
-    """Fields whose meaning depends on another field, and the size of ``routing_extra``."""
+    """Fields whose meaning depends on another field, and the size of ``routing_extra`` (and that it can travel)."""
     if body.return_token_ids and body.stream:
         raise Refused("return_token_ids", "only supported without stream")
     if body.stream_options is not None and not body.stream:
@@ -172,6 +176,10 @@ def check_extras(body: SamplingFields) -> None:
             f"routing_extra may hold at most {MAX_ROUTING_EXTRA_KEYS} keys and {MAX_ROUTING_EXTRA_BYTES} bytes "
             f"of JSON (got {len(extra)} keys, {size} bytes)",
         )
+    try:  # it travels as msgpack: text must be UTF-8 (no lone surrogate) and integers 64-bit
+        msgspec.msgpack.encode(extra)
+    except (UnicodeEncodeError, OverflowError) as exc:
+        raise Refused("routing_extra", f"routing_extra cannot be sent to the models: {exc}") from None
 
 
 def sampling_of(body: SamplingFields, num_prompt: int, stop_ids: set[int]) -> dict[str, Any]:

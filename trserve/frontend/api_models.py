@@ -11,7 +11,7 @@ in :mod:`trserve.frontend.admission`.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -132,7 +132,8 @@ class SamplingFields(BaseModel):
     @classmethod
     def _token_keys(cls, value: dict[str, float] | None) -> dict[str, float] | None:
         for key in value or {}:
-            if not key.strip().isdigit():
+            digits = key.strip()
+            if not (digits.isascii() and digits.isdigit()):  # "²" and "٣" are digits to str.isdigit, not to int()
                 raise ValueError(f"keys must be token ids (non-negative integers), got {key!r}")
         return value
 
@@ -161,9 +162,10 @@ class SamplingFields(BaseModel):
 
 
 class CompletionRequest(SamplingFields):
-    """``POST /v1/completions``: one prompt, as text or token ids."""
+    """``POST /v1/completions``: one prompt, as text or token ids (alone or as a list of one, as batching
+    clients send it)."""
 
-    prompt: str | list[int] | list[str]
+    prompt: str | list[int] | list[str] | list[list[int]]
     max_tokens: int | None = Field(16, ge=1)
     best_of: Any = None
     echo: Any = None
@@ -172,13 +174,20 @@ class CompletionRequest(SamplingFields):
 
     @field_validator("prompt")
     @classmethod
-    def _one_prompt(cls, value: str | list[int] | list[str]) -> str | list[int] | list[str]:
+    def _one_prompt(cls, value: str | list[int] | list[str] | list[list[int]]) -> str | list[int]:
         if isinstance(value, list):
             if not value:
                 raise ValueError("prompt must not be empty")
-            if all(isinstance(v, str) for v in value) and len(value) != 1:
-                raise ValueError("exactly one prompt per request is supported")
+            if not isinstance(value[0], int):  # a list of prompts (texts or token id lists)
+                if len(value) != 1:
+                    raise ValueError("exactly one prompt per request is supported")
+                return value[0]
         return value
+
+    @property
+    def one_prompt(self) -> str | list[int]:
+        """The prompt as text or token ids (the validator took a list of one prompt apart)."""
+        return cast("str | list[int]", self.prompt)
 
 
 class ChatMessage(BaseModel):

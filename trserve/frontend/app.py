@@ -92,10 +92,11 @@ def create_app(ctx: ServerContext) -> Any:
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
-        prompt = body.prompt
-        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
-            prompt = prompt[0]
-        ids = ctx.tokenizer.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
+        prompt = body.one_prompt
+        try:
+            ids = ctx.tokenizer.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
+        except Exception as exc:  # text the tokenizer cannot take (e.g. a lone surrogate, "\ud800", in the JSON)
+            raise APIError(400, f"prompt: the tokenizer cannot encode it: {exc}", param="prompt") from None
         return await _generate(ctx, request, body, ids, body.max_tokens, chat=False)
 
     @app.post("/v1/chat/completions")

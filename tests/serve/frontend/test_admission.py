@@ -8,6 +8,7 @@ batch); the field tables run on the hash stand-in, since admission does not depe
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 import pytest
@@ -109,6 +110,28 @@ def test_fields_that_do_not_fit_get_400_naming_them(hash_server: Served, fields,
         assert error["param"] == param and words in error["message"], error
         assert c.post("/v1/completions", json=ORDINARY).status_code == 200
     assert wait_idle(hash_server)["in_flight"] == 0
+
+
+#: Valid JSON that the tokenizer, the wire between the processes (msgpack) or int() cannot take.
+UNTAKEABLE = [
+    ({"prompt": "a\ud800b"}, "prompt"),  # a lone surrogate: JSON allows it, no tokenizer encodes it
+    ({"prompt": ["a\ud800b"]}, "prompt"),
+    ({"routing_extra": {"k": ["v", "\udfff"]}}, "routing_extra"),
+    ({"routing_extra": {"k": 10**20}}, "routing_extra"),  # msgpack integers are 64-bit
+    ({"logit_bias": {"\u00b2": 1.0}}, "logit_bias"),  # "²".isdigit(), but no int
+]
+
+
+def test_json_the_models_cannot_take_gets_400_and_holds_no_slot(hash_server: Served):
+    """These used to answer 500; the routing_extra ones after taking a slot for good (64 wedged the server)."""
+    with hash_server.client() as c:
+        for fields, param in UNTAKEABLE:
+            content = json.dumps({**ORDINARY, **fields})  # ASCII: a lone surrogate travels as its escape
+            refused = c.post("/v1/completions", content=content, headers={"content-type": "application/json"})
+            assert refused.status_code == 400 and refused.json()["error"]["param"] == param, refused.text
+        assert c.post("/v1/completions", json=ORDINARY).status_code == 200
+    state = wait_idle(hash_server)
+    assert state["active"] == 0 and state["in_flight"] == 0, state
 
 
 def test_chat_messages_with_unsupported_parts_are_refused(hash_server: Served):
