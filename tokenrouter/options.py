@@ -25,9 +25,10 @@ PAIR_HELP = "Model pair (models/<pair>/, `tokenrouter models list`): its routing
 def check_pair(name: str) -> str:
     """``name`` if it is a known pair, else a ConfigError for ``--pair`` listing the valid ones."""
     from trserve.paths import pair_names
+    from trsim.pairs import unknown_pair
 
     if name not in pair_names():
-        raise ConfigError("--pair", f"unknown pair {name!r}; valid: {', '.join(pair_names())}")
+        raise unknown_pair(name, "--pair")
     return name
 
 

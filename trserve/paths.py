@@ -24,6 +24,7 @@ __all__ = [
     "SHAPES_DIR",
     "calibration_dir",
     "data_root",
+    "folders_without_pair_file",
     "pair_dir",
     "pair_names",
     "prepared_model_dir",
@@ -58,6 +59,12 @@ def pair_dir(name: str) -> Path:
 def pair_names() -> list[str]:
     """Names of the pairs under ``models/``: every folder holding a ``pair.yaml``."""
     return sorted(p.parent.name for p in MODELS_DIR.glob("*/pair.yaml") if p.parent.name not in NOT_PAIRS)
+
+
+def folders_without_pair_file() -> list[str]:
+    """Folders under ``models/`` that look like pairs but hold no ``pair.yaml`` (a ``pair.yml``, a typo)."""
+    folders = [p for p in MODELS_DIR.glob("*/") if p.name not in NOT_PAIRS and not p.name.startswith((".", "_"))]
+    return sorted(p.name for p in folders if not (p / "pair.yaml").is_file())
 
 
 def data_root() -> Path:

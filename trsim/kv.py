@@ -93,7 +93,15 @@ def auto_capacity(latency: LatencyModel, profile: LatencyProfile | None, where: 
     while isinstance(latency, QuantizedModel | ScaledModel):
         latency = latency.inner if isinstance(latency, QuantizedModel) else latency.base
     if isinstance(latency, RooflineModel):
-        return max_batch_tokens(latency, MEMORY_FRACTION)
+        tokens = max_batch_tokens(latency, MEMORY_FRACTION)
+        if tokens == 0:  # the weights alone fill the device: say so, not "got 0"
+            weights_gb, memory_gb = latency.weight_bytes() / 1e9, latency.device.memory_bytes / 1e9
+            raise ConfigError(
+                where,
+                f"'auto': {latency!r} holds {weights_gb:.1f} GB of weights per GPU, more than {MEMORY_FRACTION:.0%} "
+                f"of its {memory_gb:.0f} GB: no room for a KV cache (raise tp)",
+            )
+        return tokens
     raise ConfigError(where, "'auto' needs a roofline latency or a profile that records its engine's KV capacity")
 
 

@@ -15,7 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from trcore.errors import ConfigError
-from trserve.paths import SHAPES_DIR, pair_dir, pair_names, repo_root
+from trserve.paths import SHAPES_DIR, folders_without_pair_file, pair_dir, pair_names, repo_root
 from trsim.pair_identity import DIM_FIELDS
 from trsim.pair_schema import Dims, PairSpec
 from trsim.shapes import load_shape
@@ -42,7 +42,7 @@ class Pair:
         entry = self.spec.models[model]
         if entry.dims is not None:
             return entry.dims
-        shape = load_shape(str(entry.shape))
+        shape = load_shape(str(entry.shape), SHAPES_DIR)
         return Dims(**{key: shape[key] for key in DIM_FIELDS})
 
     def router_path(self, program: str) -> Path:
@@ -115,11 +115,15 @@ def describe_pair(pair: Pair) -> dict[str, Any]:
 
 def load_pair(name: str) -> Pair:
     """Pair ``name``; an unknown name lists the valid ones, a bad ``pair.yaml`` names the file and the field."""
-    folder = pair_dir(name)
-    path = folder / PAIR_FILE
-    if not path.is_file():
-        raise ConfigError("pair", f"unknown pair {name!r}; valid: {', '.join(pair_names())}")
-    return Pair(read_pair_file(path), folder)
+    if name not in pair_names():  # a name, not a path: models/<name>/pair.yaml must exist (no "..", "/", "x/")
+        raise unknown_pair(name, "pair")
+    return Pair(read_pair_file(pair_dir(name) / PAIR_FILE), pair_dir(name))
+
+
+def unknown_pair(name: str, field: str) -> ConfigError:
+    """The error for a pair name that is not one: the valid names, and what a folder of that name lacks."""
+    hint = f"; {pair_dir(name)} holds no {PAIR_FILE}" if name in folders_without_pair_file() else ""
+    return ConfigError(field, f"unknown pair {name!r}{hint}; valid: {', '.join(pair_names())}")
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -181,6 +185,11 @@ def _check_files(spec: PairSpec, path: Path) -> None:
     for i, model in enumerate(spec.models):
         if model.shape is not None and not (SHAPES_DIR / f"{model.shape}.json").is_file():
             raise ConfigError(str(path), f"models.{i}.shape: no shape {model.shape!r} in {SHAPES_DIR}")
+        if model.shape is not None:
+            try:
+                load_shape(model.shape, SHAPES_DIR)
+            except ConfigError as exc:  # the shape file's own problem, blamed on it and on the field naming it
+                raise ConfigError(str(path), f"models.{i}.shape: {exc}") from None
     root = repo_root()  # profiles are calibration folders of a checkout: an installed package has none to check
     for tag, rel in spec.profiles.items() if root is not None else ():
         if not (root / rel).is_dir():
@@ -201,6 +210,9 @@ def describe_all_pairs() -> tuple[list[dict[str, Any]], list[ConfigError]]:
             described.append(describe_pair(load_pair(name)))
         except ConfigError as exc:
             broken.append(exc)
+    broken += [
+        ConfigError(str(pair_dir(name)), f"no {PAIR_FILE} in this pair folder") for name in folders_without_pair_file()
+    ]
     return described, broken
 
 
@@ -228,4 +240,5 @@ __all__ = [
     "describe_pair",
     "load_pair",
     "pair_of_router",
+    "unknown_pair",
 ]

@@ -22,7 +22,7 @@ from trsim.hardware import load_hardware
 from trsim.lengths import constant
 from trsim.parallel import JobRunner, LocalRunner, run_jobs
 from trsim.placement import Placement, kv_capacities, kv_capacity_tokens, placements
-from trsim.plan_alone import Search, beside_routed, pair_fits_nowhere
+from trsim.plan_alone import Search, beside_routed, fits_nowhere, pair_fits_nowhere
 from trsim.plan_inputs import MeasuredProfile, plan_models, with_stack
 from trsim.plan_memory import confirm_memory_bound, fits_closed_loop, mean_lengths, memory_bound
 from trsim.plan_open import max_rate, workload_of
@@ -206,6 +206,9 @@ def run_plan(cfg: PlanConfig, workers: int = 1, progress: Callable[[str, int], C
         search = Search(feasible, closed_loop, _best_point, _open_loop, _pipeline_throughput, _placement_dict, _map)
         report.update(beside_routed(cfg, search, ranked, runner, stage))
         stage_s["large_alone"] = clock() - start
+        if alone_only and not report["large_alone"]["placements"]:
+            raise ConfigError("--concurrency", f"{fits_nowhere(cfg)}, and the large model alone runs none "
+                              f"of N = {list(cfg.concurrencies)}: more requests than its KV cache holds")  # fmt: skip
         if alone_only:
             report["routing_pays"]["verdict"] = alone_only
     return {**report, "stage_s": stage_s}

@@ -54,10 +54,15 @@ def alone_config(cfg: PlanConfig) -> PlanConfig:
                    stack=last_model_stack(cfg.stack))  # fmt: skip
 
 
+def fits_nowhere(cfg: PlanConfig) -> str:
+    """The sentence that says no placement of the pair fits the node."""
+    return f"no placement of {list(cfg.models.values())} fits {cfg.num_gpus} {cfg.hardware}"
+
+
 def pair_fits_nowhere(cfg: PlanConfig, feasible: Fn) -> str:
     """Where no placement of the pair fits the GPUs: the plan's verdict when the large model alone fits and is
     planned (``compare_alone``); else a ConfigError (saying when the large model alone would fit)."""
-    nowhere = f"no placement of {list(cfg.models.values())} fits {cfg.num_gpus} {cfg.hardware}"
+    nowhere = fits_nowhere(cfg)
     solo = bool(feasible(alone_config(cfg)))
     if not (solo and cfg.compare_alone):
         raise ConfigError("--gpus", nowhere + ("; the large model alone fits: drop --no-large-alone" if solo else ""))

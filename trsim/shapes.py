@@ -19,6 +19,8 @@ from trserve.paths import SHAPES_DIR
 
 #: Architectures :func:`parameter_count` knows: Qwen2 has q/k/v biases, Qwen3 has per-head q/k RMSNorms instead.
 SUPPORTED_MODEL_TYPES = ("qwen2", "qwen3")
+#: What every user of a shape reads (the roofline, a pair's dimensions): each a positive integer.
+REQUIRED_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
 
 
 @dataclass(frozen=True)
@@ -39,11 +41,23 @@ def shape_names(shapes_dir: Path = SHAPES_DIR) -> list[str]:
 
 
 def load_shape(name: str, shapes_dir: Path = SHAPES_DIR) -> dict[str, Any]:
-    """The config dict of shape ``name``; an unknown name lists the valid ones."""
+    """The config dict of shape ``name``; an unknown name lists the valid ones, a file that is not a decoder
+    config (bad JSON, a :data:`REQUIRED_FIELDS` entry missing or not a positive integer) is an error naming it."""
     path = shapes_dir / f"{name}.json"
     if not path.is_file():
         raise ConfigError("shape", f"unknown shape {name!r}; valid: {', '.join(shape_names(shapes_dir))}")
-    data: dict[str, Any] = json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(path), f"not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), "must be a JSON object (an HF config.json)")
+    for key in REQUIRED_FIELDS:
+        if key not in data:
+            raise ConfigError(str(path), f"{key}: missing (a decoder's config.json has it)")
+        value = data[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(str(path), f"{key}: must be an integer >= 1, got {value!r}")
     return data
 
 

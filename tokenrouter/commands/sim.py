@@ -101,7 +101,7 @@ def build_config(
             shape = preset(workload)
             config = replace(config, workload=replace(config.workload, **{k: getattr(shape, k) for k in SHAPE}))
     else:
-        P, C, latency_ms = opt.pair_defaults(pair or opt.ANALYTIC_PAIR, P, C, latency_ms)
+        P, C, latency_ms = opt.pair_defaults(opt.ANALYTIC_PAIR if pair is None else pair, P, C, latency_ms)
         config, spec = _flag_config(P, C, latency_ms, quantum_ms, workload or "endless"), None
         if adaptive:
             config = replace(config, adaptive=AdaptiveSimConfig())
@@ -244,7 +244,7 @@ def sweep(
         task = progress.add_task(f"{len(points)} runs", total=len(points))
         rows = run_sweep(configs, points, tokens, runner=runner, on_done=lambda _row: progress.advance(task))
     if with_model and scenario is None:
-        _add_model(rows, *opt.pair_defaults(pair or opt.ANALYTIC_PAIR, P, C, latency_ms), quantum_ms)
+        _add_model(rows, *opt.pair_defaults(opt.ANALYTIC_PAIR if pair is None else pair, P, C, latency_ms), quantum_ms)
     out.mkdir(parents=True, exist_ok=True)
     per_run = tokens if tokens is not None else DEFAULT_TOKENS  # a row with cut_short ran phases (to its last)
     result = {"points": rows, "tokens_per_run": per_run, "runner": runner.describe()}

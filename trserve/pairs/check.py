@@ -75,7 +75,12 @@ def _router_pair(cfg: ServeConfig) -> Pair | None:
     if name is None:
         _refuse(cfg, f"router.params.router: {path} names no model pair and lies in no models/<pair>/ folder")
         return None
-    return load_pair(name)
+    try:
+        return load_pair(name)
+    except ConfigError as exc:  # the router's pair, not the config's: blame the router
+        why = exc.problem if exc.field == "pair" else str(exc)
+        _refuse(cfg, f"router.params.router: {path} was trained on pair {name!r}, which does not load here ({why})")
+        return None
 
 
 def model_mismatch(pair: Pair, index: int, path: Path) -> str | None:
