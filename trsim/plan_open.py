@@ -9,12 +9,14 @@ arrival, as the server's clients see them.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
 from trcore import policies_for
 from trsim.build import markov_config
-from trsim.driver import simulate
+from trsim.driver import Simulation
 from trsim.placement import Placement, kv_capacities
 from trsim.plan_inputs import plan_models, with_stack
 from trsim.plan_memory import batch_cap
@@ -77,15 +79,28 @@ def open_run(cfg: PlanConfig, models: list[RooflineModel], caps: tuple[int, ...]
                        max_active=cfg.max_active)  # fmt: skip
     config = markov_config(cfg.P, cfg.C, models, [1] * len(models), 1, workload, seed=cfg.seed)
     config = with_stack(replace(config, policies=policies_for([1] * len(models), max_batch=list(caps))), cfg.stack)
-    result = simulate(config, time_s=cfg.open_run_s)
+    sim = Simulation(config)
+    result = sim.run(time_s=cfg.open_run_s)
     tpot, ttft, wait = result.tpot_p99_s, result.ttft_p99_s, result.latency_p90_s
     # Little's law: a stable system holds about rate x latency requests; a growing backlog means overload
     stable = wait is not None and result.num_unfinished <= 1.5 * rate * wait + 8
+    stable = stable and keeps_up(rate, (row[2] for row in sim.stats.finished), cfg.open_run_s)
     ok = stable and tpot is not None and ttft is not None
     ok = ok and (cfg.slo_tpot_ms is None or tpot * 1e3 <= cfg.slo_tpot_ms)  # type: ignore[operator]
     ok = ok and (cfg.slo_ttft_ms is None or ttft * 1e3 <= cfg.slo_ttft_ms)  # type: ignore[operator]
     return {"rate_rps": rate, "tpot_p99_ms": _ms(tpot), "ttft_p99_ms": _ms(ttft), "num_finished": result.num_finished,
             "num_unfinished": result.num_unfinished, "meets_slo": bool(ok)}  # fmt: skip
+
+
+def keeps_up(rate: float, finish_times_s: Iterable[float], run_s: float) -> bool:
+    """Whether the run's second half finished about as many requests as arrive in it (``rate x run_s / 2``, less
+    three standard deviations of the two halves' Poisson counts and the backlog's slack of 8). An overloaded
+    pipeline finishes at its own pace whatever the rate, and its finished requests' latencies grow with the run
+    (with an admission limit they wait in the queue), so Little's law on them alone passes any rate when no
+    TTFT target catches the wait."""
+    expected = rate * run_s / 2
+    finished = sum(t >= run_s / 2 for t in finish_times_s)
+    return finished >= expected - 3 * math.sqrt(2 * expected) - 8
 
 
 def _ms(seconds: float | None) -> float | None:

@@ -11,6 +11,7 @@ from trserve.config import ServerConfig
 from trsim.lengths import constant
 from trsim.placement import Placement, kv_capacity_tokens, latency_models, placements
 from trsim.plan import PlanConfig, closed_loop, feasible, max_rate
+from trsim.plan_open import batch_caps, keeps_up, open_run
 from trsim.workload import WorkloadConfig
 
 runner = CliRunner()
@@ -76,6 +77,27 @@ def test_the_servers_admission_limit_lowers_capacity_and_is_split_over_replicas(
     assert capped["max_rate_rps"] < free["max_rate_rps"]
     served = ServerConfig().max_active_requests
     assert PlanConfig("a100-80g", 8, R2R, P, C).max_active == served  # plans the server as it starts by default
+
+
+def test_a_tpot_only_target_does_not_pass_an_overloaded_pipeline():
+    # Admission-limited, the overload waits in the queue: TPOT stays low and the finished requests' latencies grow
+    # with the run, so Little's law on them passed every rate (3,730 req/s planned where the pipeline finishes ~23).
+    short = WorkloadConfig(prompt_tokens=constant(32), output_tokens=constant(24))
+    cfg = PlanConfig("h100-sxm", 2, {"s": "Qwen3-0.6B", "l": "Qwen3-4B"}, P, C, workload=short, slo_tpot_ms=15.0,
+                     slo_ttft_ms=None, open_run_s=4.0, bisection_steps=3, max_active=4)  # fmt: skip
+    one = Placement((1, 1), 1, False)
+    models = latency_models(one, cfg.hardware, cfg.models)
+    flooded = open_run(cfg, models, batch_caps(cfg, one, models), 2000.0)
+    assert not flooded["meets_slo"] and flooded["tpot_p99_ms"] <= 15.0
+    found = max_rate(cfg, one, guess_rps=20.0)
+    assert found["upper_failed"] and found["max_rate_rps"] < 3 * flooded["num_finished"] / cfg.open_run_s
+
+
+def test_keeps_up_compares_the_second_halfs_departures_with_its_arrivals():
+    steady = [k / 10 for k in range(1, 100)]  # 10 req/s finishing over a 10 s run: 50 in its second half
+    assert keeps_up(10.0, steady, 10.0)
+    assert not keeps_up(30.0, steady, 10.0)  # 150 expected, 50 finished
+    assert keeps_up(0.5, [], 10.0)  # a handful of arrivals: within the slack
 
 
 def test_latency_command_prints_step_ms_and_bound():
