@@ -50,11 +50,14 @@ class Placement:
 def latency_models(
     placement: Placement, hardware: str, shapes: Mapping[str, str], dtype: str = "bf16"
 ) -> list[RooflineModel]:
-    """One roofline per model. Co-located models contend for their GPUs: each is given half of the device's
-    FLOP/s and bandwidth (both busy at once; pessimistic while the peer idles)."""
+    """One roofline per model (a tp that does not split a model's heads is refused). Co-located models contend for
+    their GPUs: each is given half of the device's FLOP/s and bandwidth (both busy at once; pessimistic while the
+    peer idles)."""
     models = [
         RooflineModel(hardware, shape, tp, dtype) for shape, tp in zip(shapes.values(), placement.tp, strict=True)
     ]
+    for m in models:
+        m.check_tp("tp")
     if not placement.colocated or len(models) == 1:
         return models
     share = 1 / len(models)

@@ -88,6 +88,12 @@ class ShapeCounts:
         except KeyError as exc:
             raise ConfigError("shape", f"config lacks {exc.args[0]!r} (needs an HF decoder config.json)") from None
 
+    def splits_over(self, tp: int) -> bool:
+        """Whether ``tp`` GPUs split the attention heads evenly and the KV heads evenly or into whole copies, as
+        vLLM requires of a tensor-parallel degree."""
+        kv = self.num_kv_heads % tp == 0 if tp <= self.num_kv_heads else tp % self.num_kv_heads == 0
+        return self.num_heads % tp == 0 and kv
+
     @property
     def layer_params(self) -> int:
         """Matmul weights of one layer: q, k, v, o projections and the SwiGLU MLP (norms and biases left out)."""
@@ -150,6 +156,13 @@ class RooflineModel(LatencyModel):
         self.elt = dtype_bytes(dtype)
         self.peak = self.device.peak_flops(dtype)
         self.params = RooflineParams(**params)
+
+    def check_tp(self, option: str) -> None:
+        """Refuse (naming ``option``) a tensor-parallel degree that does not split the heads (vLLM would not start)."""
+        c = self.counts
+        if not c.splits_over(self.tp):
+            raise ConfigError(option, f"{self.shape}: tp {self.tp} does not split its {c.num_heads} attention heads "
+                              f"and {c.num_kv_heads} KV heads (vLLM needs a divisor)")  # fmt: skip
 
     def with_params(self, params: RooflineParams) -> RooflineModel:
         """The same shape and device with other efficiencies and overheads."""

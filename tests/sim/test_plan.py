@@ -40,6 +40,15 @@ def test_32b_does_not_fit_one_l40s_and_colocation_splits_memory():
     )
 
 
+def test_no_placement_splits_a_models_heads_unevenly():
+    # vLLM will not start the 1.5B (12 attention heads) at tp 8; the planner listed 1x coloc tp8 on 8 GPUs
+    found = feasible(PlanConfig("a100-80g", 16, R2R, P, C))
+    assert Placement((4, 8), 1, False) in found and Placement((4, 4), 2, True) in found
+    assert not any(p.tp[0] == 8 for p in found)
+    result = run("latency", "--hardware", "a100-80g", "--shape", R2R["small"], "--tp", "8")
+    assert result.exit_code == 2 and "--tp" in result.output and len(result.output.strip().splitlines()) == 1
+
+
 def test_colocated_models_run_slower_than_alone():
     alone = latency_models(Placement((2, 2), 1, False), "a100-80g", R2R)
     shared = latency_models(Placement((2, 2), 1, True), "a100-80g", R2R)
@@ -156,8 +165,9 @@ def test_the_closed_loops_simulator_measures_past_the_first_hand_off_wave():
     # 1,520 endless requests on one co-located tp8 pipeline: every request's first visit to the 32B prefills its
     # context there, a wave over its first few tokens. After a 5k-token warm-up (3 a request) the window sat inside
     # the wave (at 1,522 requests 396 tok/s, against 8,707 at 768); past it, throughput at saturation no longer
-    # falls with N.
-    cfg = PlanConfig("a100-80g", 8, R2R, P, C, concurrencies=(768, 1520), thresholds=((1, 1),), context_tokens=861)
+    # falls with N. (The 1.5B's 12 heads do not split over tp 8, so Qwen3-0.6B stands in: the same KV per GPU.)
+    pair = {"small": "Qwen3-0.6B", "large": R2R["large"]}
+    cfg = PlanConfig("a100-80g", 8, pair, P, C, concurrencies=(768, 1520), thresholds=((1, 1),), context_tokens=861)
     points = closed_loop(cfg, Placement((8, 8), 1, True))["points"]
     assert [p["concurrency"] for p in points] == [768, 1520] and {p["evaluator"] for p in points} == {"sim"}
     assert points[1]["throughput_tok_s"] > 0.9 * points[0]["throughput_tok_s"]

@@ -38,6 +38,7 @@ def latency(
     if context < 0 or extend < 0:
         raise ConfigError("--context", "context and extend tokens must be >= 0")
     model = RooflineModel(hardware, shape, tp, dtype)
+    model.check_tp("--tp")
     cost = model.cost(batch, batch * context, extend)
     out = {
         "hardware": model.device.name, "shape": shape, "tp": tp, "dtype": dtype, "batch": batch,
