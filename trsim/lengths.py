@@ -64,8 +64,8 @@ class LengthDist:
     def scaled(self, factor: float) -> LengthDist:
         """The same shape with every length (value, bounds, median, samples, clip limits) times ``factor``, rounded
         and at least 1: a preset shrunk so a short run covers several request lifetimes."""
-        if not factor > 0:
-            raise ConfigError("length_scale", f"must be > 0, got {factor}")
+        if not 0 < factor < math.inf:  # NaN too
+            raise ConfigError("length_scale", f"must be > 0 and finite, got {factor}")
 
         def n(x: float) -> int:
             return max(1, round(x * factor))

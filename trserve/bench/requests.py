@@ -10,6 +10,7 @@ same in every run, whatever else shares its batches.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,8 +37,8 @@ class Lengths:
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
             raise ConfigError("--lengths", f"unknown preset {self.preset!r}; valid: {', '.join(sorted(PRESETS))}")
-        if not self.scale > 0:
-            raise ConfigError("--length-scale", f"must be > 0, got {self.scale}")
+        if not 0 < self.scale < math.inf:  # NaN too
+            raise ConfigError("--length-scale", f"must be > 0 and finite, got {self.scale}")
         if PRESETS[self.preset].output_tokens.maximum is None:
             raise ConfigError("--lengths", f"preset {self.preset!r} has unbounded outputs; a bench needs a maximum")
 

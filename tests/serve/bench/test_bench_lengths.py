@@ -24,8 +24,9 @@ def test_a_scaled_distribution_scales_every_length_and_keeps_them_positive() -> 
     assert (dist.median, dist.minimum, dist.maximum, dist.sigma) == (300, 4, 512, 0.6)
     tiny = LengthDist("uniform", low=2, high=3).scaled(0.1)
     assert (tiny.low, tiny.high) == (1, 1)
-    with pytest.raises(ConfigError, match="length_scale"):
-        lognormal(10, 0.1).scaled(0)
+    for factor in (0, float("inf"), float("nan")):
+        with pytest.raises(ConfigError, match="length_scale"):
+            lognormal(10, 0.1).scaled(factor)
 
 
 def test_requests_are_the_same_for_the_same_client_and_index_and_within_the_preset() -> None:
@@ -145,3 +146,18 @@ def test_bad_or_empty_load_options_are_refused_one_line_exit_2(args: list[str], 
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("scale", ["inf", "nan", "0"])
+def test_a_length_scale_that_is_not_a_finite_positive_number_is_refused_exit_2(scale: str) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from tokenrouter.commands.bench import bench
+
+    app = typer.Typer()
+    app.command()(bench)
+    result = CliRunner().invoke(app, ["--lengths", "short-reasoning", "--length-scale", scale])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last == f"error: --length-scale: must be > 0 and finite, got {float(scale)}"

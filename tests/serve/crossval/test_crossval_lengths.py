@@ -59,6 +59,7 @@ def test_a_preset_longer_than_a_models_context_is_refused_naming_the_option():
     [(["--lengths", "short-reasoning", "--workload", "fixed"], "--lengths: give --lengths or --workload"),
      (["--lengths", "tiny"], "--lengths: unknown preset 'tiny'"),
      (["--lengths", "short-reasoning", "--length-scale", "0"], "--length-scale: must be > 0"),
+     (["--lengths", "short-reasoning", "--length-scale", "inf"], "--length-scale: must be > 0 and finite"),
      (["--length-scale", "0.5"], "--length-scale: scales --lengths; give --lengths too"),
      (["--lengths", "short-reasoning", "--max-tokens", "8"], "--max-tokens: --lengths draws each request's output"),
      (["--routers", ""], "--routers: needs at least one router"), (["-n", ""], "--concurrency: expected"),
