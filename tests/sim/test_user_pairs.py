@@ -129,3 +129,22 @@ def test_a_plan_where_only_the_large_model_fits_but_runs_no_concurrency_is_an_er
     assert result.exit_code == 2, result.output
     assert "error: --concurrency: no placement of ['Qwen3-8B', 'Qwen3-32B'] fits 1 a100-80g, and the large model " \
         "alone runs none of N = [8]" in " ".join(result.output.split())  # fmt: skip
+
+
+def test_a_router_of_another_pair_copied_into_the_users_folder_is_refused(models_dir: Path, caplog) -> None:
+    # the folder made it my-pair's router: SmolLM2's r2r (a row per id of a 49152-token vocabulary) served my-pair
+    routers = models_dir / "my-pair" / "routers"
+    shutil.copytree(models_dir / LOCAL_PAIR / "routers", routers)
+    spec = {**PAIR, "routers": {"r2r": {"weights": "routers/r2r.npz", "record": "routers/r2r.json"}}}
+    (models_dir / "my-pair" / "pair.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    models = [{"name": "small", "emulated": {"latency_ms": 5.0}}, {"name": "large", "emulated": {"latency_ms": 9.0}}]
+    data = {"pair": "my-pair", "backend": "emulated", "models": models, "router": {"program": "r2r"}}
+    with pytest.raises(ConfigError) as err:
+        check_pair(ServeConfig.model_validate(apply_pair(data)), [])
+    assert str(err.value).startswith(
+        f"router.params.router: {routers / 'r2r.npz'} has a token table of 49152 ids, not the small model's 151936: "
+        "it was not trained on pair my-pair"
+    )
+    check_pair(ServeConfig.model_validate({**apply_pair(data), "allow_other_pair": True}), [])
+    assert "not trained on pair my-pair" in caplog.text
+    check_pair(ServeConfig.model_validate(apply_pair({**data, "pair": LOCAL_PAIR})), [])  # where it belongs

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from trcore.errors import ConfigError
+from trcore.programs.mlp import MLPRouter
 from trserve.config import ServeConfig
 from trserve.pairs.fill import LEARNED_PROGRAMS
 from trsim.pair_identity import model_dims, tokenizer_identity
@@ -47,6 +48,11 @@ def check_pair(cfg: ServeConfig, model_paths: Sequence[str]) -> None:
     if router_pair is not None and pair is not None and not same_identity(router_pair, pair):
         _refuse(cfg, f"router.params.router: the router of {describe(router_pair)} cannot route {describe(pair)}")
     expected = pair or router_pair
+    router_file = _router_file(cfg)
+    if expected is not None and router_file is not None:
+        problem = router_weights_mismatch(router_file, expected)
+        if problem:
+            _refuse(cfg, f"router.params.router: {router_file} {problem}: it was not trained on {describe(expected)}")
     if expected is None or cfg.backend != "vllm":
         return
     for i, path in enumerate(model_paths):
@@ -67,10 +73,28 @@ def _pair_models(pair: Pair, cfg: ServeConfig, index: int) -> list[int]:
     return [index] if len(cfg.models) == len(names) else list(range(len(names)))
 
 
-def _router_pair(cfg: ServeConfig) -> Pair | None:
+def _router_file(cfg: ServeConfig) -> Path | None:
+    """The trained router a learned program reads (None: another program, or none named)."""
     if cfg.router.program not in LEARNED_PROGRAMS or not isinstance(cfg.router.params.get("router"), str):
         return None
-    path = Path(cfg.router.params["router"])
+    return Path(cfg.router.params["router"])
+
+
+def router_weights_mismatch(path: Path, pair: Pair) -> str | None:
+    """What the router's own weights show of the small model it was trained on, where that is not ``pair``'s
+    (its token table has one row per vocabulary id; a hidden-state router reads that model's width)."""
+    router, small = MLPRouter.load(path), pair.dims(0)
+    if router.token_table is not None and router.token_table.shape[0] != small.vocab_size:
+        return f"has a token table of {router.token_table.shape[0]} ids, not the small model's {small.vocab_size}"
+    if router.hidden_dim and router.hidden_dim != small.hidden_size:
+        return f"reads a hidden state of width {router.hidden_dim}, not the small model's {small.hidden_size}"
+    return None
+
+
+def _router_pair(cfg: ServeConfig) -> Pair | None:
+    path = _router_file(cfg)
+    if path is None:
+        return None
     name = pair_of_router(path)
     if name is None:
         _refuse(cfg, f"router.params.router: {path} names no model pair and lies in no models/<pair>/ folder")
