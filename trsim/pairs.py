@@ -107,8 +107,11 @@ def describe_pair(pair: Pair) -> dict[str, Any]:
         "tokenizer": {"name": tok.name, "vocab_size": tok.vocab_size, "sha256": tok.sha256, "source": tok.source},
         "routers": {name: f"{here}/{r.weights} (record: {here}/{r.record})" for name, r in spec.routers.items()},
         "operating_points": points,
-        "latencies": [{"hardware": e.hardware, "ms": e.ms, "source": e.source} for e in spec.latencies],
-        "routing": [{"router": r.router, "P": r.P, "source": r.source} for r in spec.routing],
+        "latencies": [
+            {"hardware": e.hardware, "ms": e.ms, "batch_sizes": e.batch_sizes, "source": e.source}
+            for e in spec.latencies
+        ],
+        "routing": [{"router": r.router, "P": r.P, "C": r.C, "source": r.source} for r in spec.routing],
         "profiles": spec.profiles,
     }
 

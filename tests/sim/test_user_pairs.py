@@ -148,3 +148,13 @@ def test_a_router_of_another_pair_copied_into_the_users_folder_is_refused(models
     check_pair(ServeConfig.model_validate({**apply_pair(data), "allow_other_pair": True}), [])
     assert "not trained on pair my-pair" in caplog.text
     check_pair(ServeConfig.model_validate(apply_pair({**data, "pair": LOCAL_PAIR})), [])  # where it belongs
+
+
+def test_models_list_shows_the_batch_sizes_of_latency_lists_and_the_routing_c() -> None:
+    # the local pair listed ms [18.9, 24.7] with no batch sizes, and the paper's routing P without C
+    result = CliRunner().invoke(app, ["models", "list", "--json"])
+    pairs = {p["name"]: p for p in json.loads(result.stdout)["pairs"]}
+    assert pairs[LOCAL_PAIR]["latencies"][0]["batch_sizes"] == [1, 16]
+    assert pairs["r2r-qwen-1.5b-32b"]["routing"][0]["C"] == [[1.0, 0.0], [1.0, 0.0]]
+    text = CliRunner().invoke(app, ["models", "list"], terminal_width=400).stdout
+    assert "[40.9, 54.9]} at batch sizes [1, 16] (" in text and "C=[[1.0, 0.0], [1.0, 0.0]]" in text

@@ -79,11 +79,17 @@ def _pair_text(info: dict) -> str:  # type: ignore[type-arg]
         "tokenizer": f"{tok['name']}, vocab {tok['vocab_size']}{digest} ({tok['source']})",
         "routers": "; ".join(f"{k}: {v}" for k, v in info["routers"].items()) or "none",
         "operating points": f"{', '.join(points['programs'])} ({points['source']})" if points else "none",
-        "latencies": "; ".join(f"{e['hardware']} {e['ms']} ({e['source']})" for e in info["latencies"]) or "none",
-        "routing": "; ".join(f"{r['router']} P={r['P']} ({r['source']})" for r in info["routing"]) or "none",
+        "latencies": "; ".join(_latency_text(e) for e in info["latencies"]) or "none",
+        "routing": "; ".join(f"{r['router']} P={r['P']} C={r['C']} ({r['source']})" for r in info["routing"]) or "none",
         "profiles": "; ".join(f"{k}: {v}" for k, v in info["profiles"].items()) or "none",
     }
     return "\n".join([f"{info['name']}: {info['description']}", *(f"  {k + ':':18}{v}" for k, v in rows.items())])
+
+
+def _latency_text(entry: dict) -> str:  # type: ignore[type-arg]
+    """One device's latencies: ms per model, at which batch sizes when they are lists, and the source."""
+    at = f" at batch sizes {entry['batch_sizes']}" if entry["batch_sizes"] else ""
+    return f"{entry['hardware']} {entry['ms']}{at} ({entry['source']})"
 
 
 @app.command("tokenizer-id")
