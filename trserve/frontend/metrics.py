@@ -52,6 +52,7 @@ class Metrics:
         )  # fmt: skip
         #: Each subserver's own count at its last report: its counters restart with the process, this one does not.
         self._kv_events_seen: dict[tuple[str, str], int] = {}
+        self._kv_pids: dict[str, int] = {}  #: the process whose counts ``_kv_events_seen`` holds, per model
         self._kv_totals: dict[str, int] = {}  #: blocks of each model whose accounting was reported
         self.kv_waiting = Gauge(
             "tokenrouter_kv_waiting_admission", "New requests the model's core keeps waiting for KV now",
@@ -173,8 +174,11 @@ class Metrics:
         for kind, value in (("total", total), ("used", used), ("parked", memory["blocks_parked"]),
                             ("free", total - used)):  # fmt: skip
             self.kv_blocks.labels(model, kind).set(value)
+        pid = memory.get("pid", 0)
+        restarted = self._kv_pids.setdefault(model, pid) != pid
+        self._kv_pids[model] = pid
         for event in MEMORY_EVENTS:
-            self._count_kv_event(model, event, memory[event])
+            self._count_kv_event(model, event, memory[event], restarted)
         self.kv_waiting.labels(model).set(memory.get("waiting_admission", 0))
 
     def _observe_no_blocks_held(self, model: str) -> None:
@@ -184,11 +188,11 @@ class Metrics:
                 self.kv_blocks.labels(model, kind).set(value)
             self.kv_waiting.labels(model).set(0)
 
-    def _count_kv_event(self, model: str, event: str, count: int) -> None:
-        """Advance the counter by what ``model``'s subserver counted since its last report; a count lower than the
-        last one means the subserver restarted (a crash resume), and all of it is new."""
+    def _count_kv_event(self, model: str, event: str, count: int, restarted: bool) -> None:
+        """Advance the counter by what ``model``'s subserver counted since its last report; from a restarted
+        subserver (a crash resume: another process, or a count lower than the last one) all of it is new."""
         seen = self._kv_events_seen.get((model, event), 0)
-        new = count if count < seen else count - seen
+        new = count if restarted or count < seen else count - seen
         self._kv_events_seen[(model, event)] = count
         if new:
             self.kv_events.labels(model, event).inc(new)

@@ -95,6 +95,7 @@ def memory_fields(memory: KVMemory | None) -> dict[str, int]:
         "recomputed_tokens": stats.num_recomputed_tokens,
         "admission_waits": stats.num_admission_waits,
         "waiting_admission": len(stats.waiting_now),
+        "pid": os.getpid(),  # whose counters these are: a restarted worker's begin again at 0
     }
 
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 from prometheus_client.parser import text_string_to_metric_families
 
+from trcore import KVBudget, KVMemory
 from trserve.frontend.metrics import Metrics
 from trserve.runtime.messages import State
+from trserve.runtime.reports import memory_fields
 
 
 def _memory(spilled: int, recomputed: int) -> dict[str, int]:
@@ -42,6 +46,18 @@ def test_a_restarted_worker_counts_on_from_where_the_server_was():
     events = _events(metrics)
     assert events[("large", "spilled")] == 7
     assert events[("large", "recomputed_tokens")] == 460
+
+
+def test_a_restarted_worker_whose_counts_caught_up_before_its_first_report_still_adds_them_all():
+    metrics = Metrics(["small", "large"])
+    metrics.observe_memory("large", {**_memory(1, 30), "pid": 100})
+    # The restarted worker's first report already counts as much as the old one did: all of it is new.
+    metrics.observe_memory("large", {**_memory(1, 30), "pid": 101})
+    metrics.observe_memory("large", {**_memory(3, 90), "pid": 101})
+    events = _events(metrics)
+    assert events[("large", "spilled")] == 4
+    assert events[("large", "recomputed_tokens")] == 120
+    assert memory_fields(KVMemory(KVBudget(4)))["pid"] == os.getpid()  # every report says whose counts they are
 
 
 def test_models_count_apart():
