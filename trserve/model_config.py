@@ -10,6 +10,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+#: The largest token count a model's settings may give: the workers' messages (Ready, step reports, a request's
+#: ``max_tokens``) carry it as a 64-bit integer (msgpack), so a larger one crashed a worker at start-up.
+MAX_TOKEN_COUNT = 2**63 - 1
+
 
 class StrictSection(BaseModel):
     """A section of the serve config: an unknown field is an error and the values are frozen."""
@@ -47,7 +51,7 @@ class EmulatedConfig(StrictSection):
     profile: str | None = None
     jitter: bool = False
     overlap: bool = True
-    kv_tokens: int | None = Field(None, ge=1)
+    kv_tokens: int | None = Field(None, ge=1, le=MAX_TOKEN_COUNT)
 
     @model_validator(mode="after")
     def _one_source(self) -> EmulatedConfig:
@@ -72,8 +76,8 @@ class ModelConfig(StrictSection):
     path: str | None = None
     emulated: EmulatedConfig | None = None
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    max_model_len: int = Field(2048, ge=16)
-    block_size: int = Field(32, ge=1)
+    max_model_len: int = Field(2048, ge=16, le=MAX_TOKEN_COUNT)
+    block_size: int = Field(32, ge=1, le=MAX_TOKEN_COUNT)
     kv_cache_gib: float = Field(1.0, gt=0)
     max_num_seqs: int = Field(64, ge=1)
     #: Copies of this model, each its own subserver process, engine and KV cache (``mode: routed`` only); a request

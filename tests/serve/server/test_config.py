@@ -235,3 +235,17 @@ def test_the_default_memory_policy_stays_accepted_where_it_does_nothing():
     """A printed config (every field given) of a pool-less or per-token server loads back."""
     for changes in ({"backend": "hash"}, {"mode": "per-token"}):
         assert make(**changes, memory={"policy": "cost"}).memory.policy == "cost"
+
+
+@pytest.mark.parametrize(
+    ("model", "field"),
+    [({"emulated": {"latency_ms": 5.0, "kv_tokens": 10**30}}, "emulated.kv_tokens"),
+     ({"emulated": {"latency_ms": 5.0, "kv_tokens": 10**30}, "block_size": 10**29}, "block_size"),
+     ({"emulated": {"latency_ms": 5.0}, "max_model_len": 10**30}, "max_model_len")],
+)  # fmt: skip
+def test_token_counts_beyond_what_the_workers_messages_carry_are_refused(model, field):
+    """A worker's Ready and step reports (and a request's max_tokens, up to max_model_len) are 64-bit integers on
+    the wire: a larger value crashed the worker at start-up (or answered 500), instead of naming the field."""
+    models = [{"name": n, **model} for n in ("a", "b")]
+    with pytest.raises(ValidationError, match=rf"{field}\n  Input should be less than or equal to {2**63 - 1}"):
+        ServeConfig.model_validate({"backend": "emulated", "models": models})
