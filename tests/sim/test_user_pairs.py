@@ -158,3 +158,18 @@ def test_models_list_shows_the_batch_sizes_of_latency_lists_and_the_routing_c() 
     assert pairs["r2r-qwen-1.5b-32b"]["routing"][0]["C"] == [[1.0, 0.0], [1.0, 0.0]]
     text = CliRunner().invoke(app, ["models", "list"], terminal_width=400).stdout
     assert "[40.9, 54.9]} at batch sizes [1, 16] (" in text and "C=[[1.0, 0.0], [1.0, 0.0]]" in text
+
+
+def test_a_pair_fills_a_config_that_lists_its_models_large_first_by_name() -> None:
+    # the model named large got the small model's 6.0 ms, and markov the pair's P in the pair's order
+    data = {"pair": "r2r-qwen-1.5b-32b", "backend": "emulated", "entry_model": 1,
+            "models": [{"name": "large"}, {"name": "small"}], "router": {"program": "markov"}}  # fmt: skip
+    filled = apply_pair(data)
+    assert [m["emulated"]["latency_ms"] for m in filled["models"]] == [27.9, 6.0]
+    params = filled["router"]["params"]
+    assert params["P"] == [[0.0, 1.0], [0.35, 0.65]] and params["C"] == [[0.0, 1.0], [0.0, 1.0]]
+    by_place = apply_pair({**data, "models": [{"name": "a"}, {"name": "b"}]})  # names the pair does not know
+    assert [m["emulated"]["latency_ms"] for m in by_place["models"]] == [6.0, 27.9]
+    assert by_place["router"]["params"]["P"] == [[0.65, 0.35], [1.0, 0.0]]
+    alone = apply_pair({**data, "entry_model": 0, "models": [{"name": "large"}], "router": {"program": "rstitch"}})
+    assert alone["models"][0]["emulated"]["latency_ms"] == 27.9

@@ -3,7 +3,8 @@
 With ``pair: <name>`` (or ``--pair``), a config may leave out what the pair already says: a learned router's
 weights (``router.params.router`` for ``r2r`` / ``citer``: the pair's own), the ``markov`` program's routing
 statistics (P and C: the pair's first ``routing`` entry) and, with ``backend: emulated``, each model's step time
-(``emulated.latency_ms``: the pair's first ``latencies`` entry). Anything the config gives itself wins. Whether
+(``emulated.latency_ms``: the pair's first ``latencies`` entry), matched to the config's models by name where they
+carry the pair's names, else by place. Anything the config gives itself wins. Whether
 the artifacts then fit the served models is checked at start-up (:mod:`trserve.pairs.check`).
 """
 
@@ -13,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from trcore.errors import ConfigError
+from trsim.pair_schema import ROLES
 from trsim.pairs import Pair, load_pair
 
 #: Routing programs that read a trained router, which belongs to one pair.
@@ -28,10 +30,22 @@ def apply_pair(data: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError("pair", f"must be a pair name, got {name!r}")
     pair = load_pair(name)
     data = dict(data)
-    data["router"] = _router(dict(data.get("router") or {}), pair)
-    if data.get("backend") == "emulated" and isinstance(data.get("models"), list):
-        data["models"] = [_emulated(m, i, pair) for i, m in enumerate(data["models"])]
+    models = data.get("models") if isinstance(data.get("models"), list) else []
+    order = pair_order(models, pair)
+    data["router"] = _router(dict(data.get("router") or {}), pair, order)
+    if data.get("backend") == "emulated" and models:
+        data["models"] = [_emulated(m, i, k, pair) for i, (m, k) in enumerate(zip(models, order, strict=True))]
     return data
+
+
+def pair_order(models: list[Any], pair: Pair) -> list[int]:
+    """The pair's model index of each config model: by name where the config names the pair's models (in any
+    order, or some of them), else by place."""
+    names = [m.get("name") if isinstance(m, dict) else None for m in models]
+    roles = [m.name for m in pair.spec.models]
+    if names and len(set(names)) == len(names) and all(n in roles for n in names):
+        return [roles.index(n) for n in names]
+    return list(range(len(models)))
 
 
 def own_params(params: Mapping[str, Any], pair: str | None) -> dict[str, Any]:
@@ -54,23 +68,31 @@ def with_pair_router(program: str, params: Mapping[str, Any], pair: Pair | str |
     return out
 
 
-def _router(router: dict[str, Any], pair: Pair) -> dict[str, Any]:
+def _router(router: dict[str, Any], pair: Pair, order: list[int]) -> dict[str, Any]:
     program = router.get("program", "rstitch")
     params = with_pair_router(program, router.get("params") or {}, pair)
     if program == "markov" and "P" not in params:
         stats = pair.spec.routing_stats()
         if stats is None:
             raise ConfigError("router.params.P", f"markov needs P; pair {pair.name} has no routing statistics")
-        params.update(P=stats.P, C=stats.C)
+        if sorted(order) != list(range(len(stats.P))):  # not every model of the pair, once: no P to reorder
+            raise ConfigError("router.params.P", f"markov needs P; the pair's is for its models {ROLES}")
+        params.update(P=_reordered(stats.P, order), C=_reordered(stats.C, order))
     return {**router, "params": params}
 
 
-def _emulated(model: Any, index: int, pair: Pair) -> Any:
+def _reordered(matrix: list[list[float]], order: list[int]) -> list[list[float]]:
+    """``matrix`` (rows and columns in the pair's model order) in the config's model order."""
+    return [[matrix[a][b] for b in order] for a in order]
+
+
+def _emulated(model: Any, index: int, role: int, pair: Pair) -> Any:
+    """Config model ``index``, the pair's model ``role``, with the pair's step time where it gives none."""
     if not isinstance(model, dict) or model.get("emulated") is not None:
         return model
     latency = pair.spec.latency()
-    if latency is None or index >= len(pair.spec.models):
+    if latency is None or role >= len(pair.spec.models):
         raise ConfigError(
             f"models.{index}.emulated", f"needs latency_ms (pair {pair.name} has no latencies to fill in)"
         )
-    return {**model, "emulated": {"latency_ms": latency.by_batch_size(pair.spec.models[index].name)}}
+    return {**model, "emulated": {"latency_ms": latency.by_batch_size(pair.spec.models[role].name)}}
