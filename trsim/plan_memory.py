@@ -63,7 +63,8 @@ def length_moments(workload: WorkloadConfig, seed: int = 0, num: int = 20000) ->
         return LengthMoments(mean_p, 0.0, 1.0, statistics.pstdev(p for p, _ in pairs))
     first = sum(p * o + o * o / 2 for p, o in pairs) / num / mean_l  # E[X] over residents, X = p + u L
     second = sum(p * p * o + p * o * o + o**3 / 3 for p, o in pairs) / num / mean_l  # E[X^2] over residents
-    return LengthMoments(mean_p, mean_l, mean_l2 / mean_l**2, math.sqrt(max(0.0, second - first * first)))
+    spread = max(1.0, mean_l2 / mean_l**2)  # E[L^2] >= E[L]^2; rounding put equal long outputs just below 1
+    return LengthMoments(mean_p, mean_l, spread, math.sqrt(max(0.0, second - first * first)))
 
 
 def resident_demand(caps: Sequence[int], workload: WorkloadConfig, seed: int = 0) -> KVDemand:

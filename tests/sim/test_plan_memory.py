@@ -78,6 +78,16 @@ def test_resident_requests_are_length_biased_and_their_spread_is_worked_by_hand(
     assert demand.footprint_tokens == pytest.approx(411, rel=0.02)
 
 
+def test_equal_outputs_too_long_to_sum_exactly_still_have_a_spread_of_one():
+    """The ``endless`` preset (outputs of 10^15 tokens): summing their squares rounded E[L^2] / E[L]^2 just below 1,
+    and ``plan --workload endless`` stopped with an error about ``kv.spread``, an input nobody gave."""
+    from trsim.plan_memory import length_moments, resident_demand
+
+    mo = length_moments(lengths(16, 10**15))
+    assert mo.output_spread == 1.0
+    assert resident_demand((24_698, None), lengths(16, 10**15)).max_fitting(24_698) == 0  # none fits: said so
+
+
 def test_a_placement_ranks_by_what_its_memory_bound_lets_it_hold():
     from trsim.plan import _best_point
 
