@@ -173,3 +173,11 @@ def test_a_pair_fills_a_config_that_lists_its_models_large_first_by_name() -> No
     assert by_place["router"]["params"]["P"] == [[0.65, 0.35], [1.0, 0.0]]
     alone = apply_pair({**data, "entry_model": 0, "models": [{"name": "large"}], "router": {"program": "rstitch"}})
     assert alone["models"][0]["emulated"]["latency_ms"] == 27.9
+
+
+def test_latency_of_a_model_that_does_not_fit_the_gpu_says_so() -> None:
+    # printed an fp32 Qwen3-32B step on one A100-80G (131 GB of weights) as if it could run there
+    args = ["latency", "--hardware", "a100-80g", "--shape", "Qwen3-32B"]
+    too_big = CliRunner().invoke(app, [*args, "--dtype", "fp32"], terminal_width=300)
+    assert too_big.exit_code == 0 and "note: 131.0 GB of weights per GPU leave no KV cache" in too_big.output
+    assert "does not fit" not in CliRunner().invoke(app, args, terminal_width=300).output

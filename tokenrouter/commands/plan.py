@@ -56,6 +56,11 @@ def latency(
         f"{out['step_ms']:.2f} ms per step, {out['bound']}-bound (compute {out['compute_ms']:.2f} ms, "
         f"memory {out['memory_ms']:.2f} ms, all-reduce {out['comm_ms']:.2f} ms, overhead {out['overhead_ms']:.2f} ms)"
     )
+    if out["kv_capacity_tokens_per_gpu"] == 0:  # a step time for a model that cannot be served there
+        typer.echo(
+            f"note: {out['weights_gb_per_gpu']:.1f} GB of weights per GPU leave no KV cache in 90% of the "
+            f"{model.device.name}'s {model.device.memory_bytes / 1e9:.0f} GB: it does not fit; raise --tp"
+        )
 
 
 #: The most GPUs ``plan`` searches (one node; 64 take about 20 s, 1,000 did not finish in minutes).
