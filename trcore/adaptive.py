@@ -18,7 +18,7 @@ from typing import Any
 from trcore.adaptive_change import change_point
 from trcore.adaptive_config import AdaptiveConfig, Retune, has_moved
 from trcore.adaptive_solve import SolveJob, in_force, sampling_precision, solve
-from trcore.adaptive_window import Observation, ObservationWindow, WindowEstimate
+from trcore.adaptive_window import Observation, ObservationWindow, WindowEstimate, has_traffic
 from trcore.errors import ConfigError
 from trcore.policy import BatchingPolicy
 
@@ -74,11 +74,14 @@ class AdaptiveController:
         self.num_solves = 0
         #: When the change test dropped the window's older observations (the controller's decision times).
         self.changes: list[float] = []
-        self._filled = False
+        self._filled = False  # the window has been full since the start, or since it was last idle
+        self._needs_fill = True  # False after a change: the newer part decides once it holds min_steps
 
     def observe(self, obs: Observation) -> None:
         """Add one span of observations to the window."""
         self.window.add(obs)
+        if not self.window.observations:  # a window without traffic: learn again as at start-up
+            self._filled, self._needs_fill = False, True
 
     def decide(self, now: float) -> Retune | None:
         """Solve again if the window's inputs moved since the last solve, and switch when the gain is worth it
@@ -90,12 +93,12 @@ class AdaptiveController:
 
     def plan(self, now: float) -> SolveJob | None:
         """The first half of :meth:`decide`: the window's estimate, and whether it needs a fresh solve
-        (``fresh``). None: the window is too thin to decide. A caller may run :func:`solve` elsewhere (another
-        process) and hand the result to :meth:`conclude`."""
+        (``fresh``). None: the window is too thin to decide, or its last span saw no traffic to tune for. A caller
+        may run :func:`solve` elsewhere (another process) and hand the result to :meth:`conclude`."""
         self._drop_before_change(now)
         estimate = self._estimate()
         self.last_estimate = estimate
-        if estimate is None:
+        if estimate is None or not has_traffic(self.window.observations[-1]):
             return None
         solved = self._solved
         fresh = solved is None or (
@@ -149,6 +152,7 @@ class AdaptiveController:
         if at is not None:
             self.window.drop_before(at)
             self.changes.append(now)
+            self._needs_fill = False
 
     def _changed_since(self, time_s: float) -> bool:
         return bool(self.changes) and self.changes[-1] > time_s
@@ -158,9 +162,9 @@ class AdaptiveController:
         estimate = self.window.estimate(caps, self.base_latency_s, cfg.gain_sigma)
         if estimate is None or estimate.routing.num_steps < cfg.min_steps:
             return None
-        # Until the window has been full once it must fill; after a change the newer part decides as soon as it
-        # holds min_steps (the test told it from the older part).
-        fill = 0.0 if self.changes else cfg.min_fill * cfg.window_s
+        # Until the window has been full once (since the start, or since a window without traffic) it must fill;
+        # after a change the newer part decides as soon as it holds min_steps (the test told it from the older part).
+        fill = cfg.min_fill * cfg.window_s if self._needs_fill else 0.0
         if estimate.span_s < fill - 1e-9:
             return None
         self._filled = self._filled or estimate.span_s >= cfg.min_fill * cfg.window_s - 1e-9

@@ -149,8 +149,13 @@ class WindowEstimate:
         }
 
 
+#: The most spans a window should hold: each decision re-reads them all, so its cost grows like the window's
+#: length over the time between decisions, squared (drivers bound that time below by window_s / this).
+MAX_WINDOW_SPANS = 1000
+
+
 class ObservationWindow:
-    """The observations that overlap the last ``window_s`` seconds."""
+    """The observations that overlap the last ``window_s`` seconds (none once those saw no request-step)."""
 
     def __init__(self, num_models: int, window_s: float) -> None:
         if not window_s > 0:
@@ -163,6 +168,10 @@ class ObservationWindow:
         # Keep every span that overlaps the last window_s seconds (the newest always).
         while len(self.observations) > 1 and self.observations[0].end_s <= obs.end_s - self.window_s + 1e-9:
             self.observations.popleft()
+        if not any(map(has_traffic, self.observations)):
+            # window_s without a request-step: the traffic that comes next starts a window of its own, as at
+            # start-up (idle spans would count as filling the window and pull its concurrency towards 0)
+            self.observations.clear()
 
     def drop_before(self, start_s: float) -> None:
         """Forget the observations that started before ``start_s`` (the newest is always kept)."""
@@ -209,6 +218,11 @@ class ObservationWindow:
             routing, P, concurrency, tuple(f.latency_s for f in fits), tuple(f.scale for f in fits), num_steps,
             span, mean_batch, error, flat, steep, tuple(f.slope_error_s for f in fits),
         )  # fmt: skip
+
+
+def has_traffic(obs: Observation) -> bool:
+    """Whether some request took a step in the span."""
+    return any(any(row) for row in obs.transitions)
 
 
 def span_concurrency(obs: Observation) -> float:

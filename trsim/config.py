@@ -123,6 +123,9 @@ class SimConfig:
             raise ConfigError("replicas", "the per-token baseline has no replicas")
         if self.kv is not None and len(self.kv.budgets) != self.num_models:
             raise ConfigError("kv", f"need one KV budget per model ({self.num_models}), got {len(self.kv.budgets)}")
+        if self.adaptive is not None and any(p.table for p in self.policies):  # the controller would not see them
+            raise ConfigError("models.table", "--thresholds adaptive tunes one vector for every active count and "
+                              "replaces tables; leave them out, or run the tables without adaptive")  # fmt: skip
         for k, phase in enumerate(self.phases):
             _check_phase(f"phases[{k}]", phase, self.num_models)
             if phase.output_tokens is not None and self.workload.pairs is not None:  # pairs fix every length

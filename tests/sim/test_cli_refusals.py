@@ -147,6 +147,25 @@ def test_a_tick_that_would_never_end_the_run_is_refused():
             AdaptiveSimConfig(tick_s=tick)
 
 
+def test_a_tick_whose_window_holds_too_many_spans_is_refused(tmp_path):
+    """Each decision re-reads the window's spans: window_s 60 at tick_s 0.001 took minutes per simulated second (the
+    server refuses it for the same reason)."""
+    body = "workload: {concurrency: 4}\nadaptive: {window_s: 60, tick_s: 0.001}\n"
+    path = scenario(tmp_path, body)
+    args = ("--thresholds", "adaptive", "--tokens", 500)
+    refused(run("simulate", "--scenario", path, *args), "adaptive.tick_s: must be >= window_s / 1000 (0.06 s)")
+    bound = scenario(tmp_path, body.replace("0.001", "0.06"))
+    assert run("simulate", "--scenario", bound, *args).exit_code == 0
+
+
+def test_threshold_tables_are_not_tuned_adaptively(tmp_path):
+    """The controller tunes one vector and knows no tables: tables it never saw stayed in force until its first
+    switch (a table that collapsed a phase was never switched away from)."""
+    path = scenario(tmp_path, "workload: {concurrency: 8}\n", MODELS.replace("ms: 5}}", "ms: 5}, table: {4: 3}}"))
+    refused(run("simulate", "--scenario", path, "--tokens", 500, "--thresholds", "adaptive"), "models.table: ")
+    assert run("simulate", "--scenario", path, "--tokens", 500).exit_code == 0  # the tables alone run
+
+
 def test_thresholds_beside_a_baseline_that_sets_its_own_are_refused(tmp_path):
     refused(run("simulate", "--baseline", "b1", "--thresholds", "4,1"), "--thresholds: the b1 baseline sets its own")
     path = scenario(tmp_path, "workload: {concurrency: 4}\nbaseline: lockstep\n")

@@ -136,6 +136,7 @@ class Tuner:
         """Close the span and decide, solving in the solver's process if the inputs moved and the CPU budget
         allows; a switch goes to every subserver."""
         now, started = self.now(), time.thread_time()
+        self.builder.set_active(self.num_active(), now)  # the count reports last gave may be stale (idle: no reports)
         self.controller.observe(self.builder.flush(now))
         self._tokens.append((now, self._span_tokens))
         self._span_tokens = 0

@@ -49,6 +49,9 @@ def resolve_thresholds(
         return auto_thresholds(cfg, report, probe)
     field = "batching.thresholds"
     if given == "adaptive":  # the front end's controller tunes them from here (trserve.frontend.tuner)
+        if cfg.batching.tables is not None:  # its vector, sent to every worker as it connects, drops them
+            raise ConfigError("batching.tables", "thresholds: adaptive tunes one vector for every active count and "
+                              "replaces tables; give thresholds as a list to use tables")  # fmt: skip
         field, given = "batching.adaptive.initial", cfg.batching.adaptive.initial or [1] * cfg.num_models
         if len(given) != cfg.num_models:
             raise ConfigError(field, f"needs one threshold per model ({cfg.num_models})")

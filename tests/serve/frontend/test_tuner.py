@@ -187,3 +187,20 @@ def test_after_a_change_the_measured_rate_counts_only_the_window_kept():
     t.stop()
     assert t.controller.changes, "the change test saw the new traffic"
     assert measured == ["tokenrouter_adaptive_measured_tok_s 520.0"] * 9, measured
+
+
+def test_an_idle_span_counts_the_active_requests_the_front_end_has_now():
+    """Step reports carry the active count in, but none come while the server is idle: the span after the last
+    requests ended must count none active, not the count the last report saw (it was 8 for as long as it idled)."""
+    sent, clock, active = [], Clock(), [8]
+    t = tuner((1, 1), sent, clock)
+    t.num_active = lambda: active[0]
+    t.on_step(report(0, stays=0, moves=0, finished=4))
+    active[0] = 0  # the front end ends the finished requests after the report
+    clock.t = 1.0
+    asyncio.run(t.tick())
+    clock.t = 3.0
+    asyncio.run(t.tick())
+    spans = t.controller.window.observations
+    assert [o.active_s for o in spans] == [8.0, 0.0], spans
+    t.stop()

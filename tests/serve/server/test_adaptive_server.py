@@ -57,3 +57,17 @@ def test_adaptive_thresholds_are_not_set_by_hand(adaptive_server: Served):
     assert got["source"] == "adaptive" and len(got["thresholds"]) == 2
     assert refused.status_code == 409 and refused.json()["error"]["param"] == "thresholds"
     assert "adaptive" in refused.json()["error"]["message"]
+
+
+def test_threshold_tables_beside_adaptive_are_refused_naming_the_field():
+    """The controller's vector, sent to every worker as it connects, replaces tables: given ones never ran."""
+    from trcore import ConfigError
+    from trserve.config import load_config
+    from trserve.server.thresholds import resolve_thresholds
+
+    cfg = load_config("configs/emulated-r2r-a100.yaml")
+    tabled = cfg.model_copy(update={"batching": cfg.batching.model_copy(update={"tables": [{4: 3}, {}]})})
+    assert resolve_thresholds(tabled) == [1, 1]  # with thresholds [1, 1] the tables run
+    adaptive = tabled.batching.model_copy(update={"thresholds": "adaptive"})
+    with pytest.raises(ConfigError, match=r"^batching\.tables: thresholds: adaptive"):
+        resolve_thresholds(tabled.model_copy(update={"batching": adaptive}))
