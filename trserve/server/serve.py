@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from trcore.errors import ConfigError
 from trserve.cluster.bundles import cluster_placements
 from trserve.cluster.handles import Spawner
 from trserve.cluster.ray_spawner import RaySpawner
@@ -107,6 +110,7 @@ async def serve(cfg: ServeConfig, report: Report | None = None, probe: DriftProb
     say = report or log.info
     import uvicorn
 
+    check_listen(cfg.server.host, cfg.server.port)
     run_dir = tempfile.mkdtemp(prefix="tokenrouter-")
     log_dir = Path(cfg.server.log_dir) if cfg.server.log_dir else Path(run_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -148,6 +152,28 @@ async def serve(cfg: ServeConfig, report: Report | None = None, probe: DriftProb
         if cfg.server.log_dir:
             shutil.rmtree(run_dir, ignore_errors=True)
     return 0
+
+
+def check_listen(host: str, port: int) -> None:
+    """Raise ConfigError naming the field when the API cannot listen on ``host:port`` (a port in use, a host that
+    is not this machine's), before any worker starts (vLLM's take a minute), instead of uvicorn's error after.
+    Binds as uvicorn's server will (every address of ``host``, reusing a port in TIME_WAIT), then lets go."""
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError("server.host", f"{host!r}: {exc.strerror}") from None
+    for family, kind, proto, _, address in addresses:
+        try:
+            sock = socket.socket(family, kind, proto)
+        except OSError:  # a family this machine lacks (IPv6): the server skips it too
+            continue
+        with sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                field = "server.port" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "server.host"
+                raise ConfigError(field, f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
 def start_frontend(

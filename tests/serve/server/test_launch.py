@@ -1,10 +1,11 @@
-"""Launching: bad configs are one clear line (exit 2); a model that cannot start stops the launch with its log
-tail and leaves no process behind (exit 1), without waiting for the other models."""
+"""Launching: bad configs (and a port in use) are one clear line (exit 2); a model that cannot start stops the
+launch with its log tail and leaves no process behind (exit 1), without waiting for the other models."""
 
 from __future__ import annotations
 
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -48,6 +49,20 @@ def test_bad_config_is_one_line_and_exit_2(tmp_path, change, words):
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], result.stderr
+
+
+def test_a_port_in_use_is_one_line_and_exit_2_before_any_worker_starts():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cmd = [sys.executable, "-m", "tokenrouter", "serve", "--config", "configs/emulated-r2r-a100.yaml",
+               "--port", str(port)]  # fmt: skip
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr  # was uvicorn's error, exit 3, once the workers had started
+    assert result.stderr.splitlines() == [
+        f"error: server.port: cannot listen on 127.0.0.1:{port}: Address already in use"
+    ]
 
 
 def test_model_that_cannot_start_stops_the_launch_with_its_log_tail(tmp_path):
