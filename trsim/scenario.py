@@ -35,7 +35,7 @@ from trsim.latency import LatencyModel, make_latency_model
 from trsim.lengths import read_length_pairs
 from trsim.profile import latency_from_profile, load_profile
 from trsim.routing import RouterConfig
-from trsim.scenario_diurnal import DiurnalSpec, diurnal_phases
+from trsim.scenario_diurnal import DiurnalSpec, check_day, diurnal_phases
 from trsim.scenario_phases import AdaptiveSpec, PhaseSpec, adaptive_config, phases_from_specs
 from trsim.scenario_types import KVSpec, LatencySpec, Length, Positive
 from trsim.scenario_types import Strict as _Strict
@@ -128,7 +128,10 @@ class Scenario(_Strict):
 
 def scenario_phases(scenario: Scenario) -> list[PhaseSpec]:
     """The scenario's phases: its ``phases``, or those its ``diurnal`` section expands to."""
-    return diurnal_phases(scenario.diurnal) if scenario.diurnal is not None else scenario.phases
+    if scenario.diurnal is None:
+        return scenario.phases
+    check_day(scenario.diurnal, len(scenario.models), scenario.router.program)
+    return diurnal_phases(scenario.diurnal)
 
 
 def load_scenario(path: str | Path) -> Scenario:

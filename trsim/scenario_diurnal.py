@@ -22,8 +22,10 @@ import math
 
 from pydantic import Field, model_validator
 
+from trcore import ConfigError
+from trcore.routers import validate_keep_matrix, validate_matrix
 from trsim.clock import MAX_SPAN_S
-from trsim.scenario_phases import PhaseRouterSpec, PhaseSpec
+from trsim.scenario_phases import PHASED_ROUTERS, PhaseRouterSpec, PhaseSpec
 from trsim.scenario_types import Strict
 
 Matrix = list[list[float]]
@@ -93,6 +95,21 @@ def diurnal_phases(spec: DiurnalSpec) -> list[PhaseSpec]:
             fields["router"] = PhaseRouterSpec(P=_mix(r.P_low, r.P_high, w), C=C)
         out.append(PhaseSpec.model_validate(fields))
     return out
+
+
+def check_day(spec: DiurnalSpec, num_models: int, program: str) -> None:
+    """The day's routing ends, named as written (the phases mix them, so they are valid where the ends are): a
+    bad end is refused as ``diurnal.router.P_high``, not as some phase the file does not have."""
+    r = spec.router
+    if r is None:
+        return
+    if program not in PHASED_ROUTERS:
+        raise ConfigError("diurnal.router", f"mixes P and C of {', '.join(PHASED_ROUTERS)} routers, not {program!r}")
+    for name in ("P_low", "P_high"):
+        validate_matrix(f"diurnal.router.{name}", getattr(r, name), num_models, stochastic=True)
+    for name in ("C_low", "C_high"):
+        if getattr(r, name) is not None:
+            validate_keep_matrix(getattr(r, name), num_models, f"diurnal.router.{name}")
 
 
 def _mix(low: Matrix, high: Matrix, w: float) -> Matrix:

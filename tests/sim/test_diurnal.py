@@ -69,3 +69,23 @@ def test_a_short_day_runs_with_the_controller_and_records_every_phase():
     records = result.extra["phases"]
     assert [r["index"] for r in records] == [0, 1, 2, 3] and [r["concurrency"] for r in records] == [3, 7, 7, 3]
     assert sum(r["committed_tokens"] for r in records) == result.committed_tokens > 0
+
+
+@pytest.mark.parametrize(
+    ("router", "program", "field"),
+    [({"P_low": LOW, "P_high": [[0.5, 0.6], [1.0, 0.0]]}, "markov", "diurnal.router.P_high"),
+     ({"P_low": [[1.0]], "P_high": [[1.0]]}, "markov", "diurnal.router.P_low"),
+     ({"P_low": LOW, "P_high": HIGH, "C_low": LOW, "C_high": [[1.0, 2.0], [1.0, 0.0]]}, "markov",
+      "diurnal.router.C_high"),
+     ({"P_low": LOW, "P_high": HIGH}, "rstitch", "diurnal.router")],
+)  # fmt: skip
+def test_a_bad_day_is_refused_naming_what_the_file_says(router, program, field):
+    """The day expands to phases, but the file has no ``phases[0].router.P``: errors name the day's own keys."""
+    from trcore import ConfigError
+
+    data = scenario([], diurnal={"period_s": 12, "steps": 4, "router": router})
+    data.pop("phases")
+    data["router"] = {"program": program} if program != "markov" else data["router"]
+    with pytest.raises(ConfigError) as error:
+        scenario_config(Scenario.model_validate(data))
+    assert error.value.field == field
