@@ -166,6 +166,12 @@ def test_threshold_tables_are_not_tuned_adaptively(tmp_path):
     assert run("simulate", "--scenario", path, "--tokens", 500).exit_code == 0  # the tables alone run
 
 
+def test_a_sweep_refuses_adaptive_thresholds_saying_where_they_run():
+    result = run("sweep", "--scenario", "trsim/scenarios/adaptive-collapse.yaml", "--thresholds", "adaptive")
+    refused(result, "--thresholds: a sweep runs fixed vectors")
+    assert "simulate --thresholds adaptive" in result.output and "knobs apply" not in result.output
+
+
 def test_thresholds_beside_a_baseline_that_sets_its_own_are_refused(tmp_path):
     refused(run("simulate", "--baseline", "b1", "--thresholds", "4,1"), "--thresholds: the b1 baseline sets its own")
     path = scenario(tmp_path, "workload: {concurrency: 4}\nbaseline: lockstep\n")

@@ -232,6 +232,9 @@ def sweep(
 
     if tokens is not None:
         opt.check_positive(tokens, "--tokens")
+    if thresholds == "adaptive":  # it would fail as "expected numbers", after a note to pass it
+        raise ConfigError("--thresholds", "a sweep runs fixed vectors ('all' or e.g. '1,1;2,1'); tune them online "
+                          "with tokenrouter simulate --thresholds adaptive")  # fmt: skip
     concurrencies = opt.parse_ints("16" if concurrency is None else concurrency, "--concurrency")
     configs = {}
     for path in scenario or [None]:
