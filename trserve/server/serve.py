@@ -159,7 +159,8 @@ def check_listen(host: str, port: int) -> None:
     is not this machine's), before any worker starts (vLLM's take a minute), instead of uvicorn's error after.
     Binds as uvicorn's server will (every address of ``host``, reusing a port in TIME_WAIT), then lets go."""
     try:
-        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        # "" is every interface to asyncio's server, as None is to getaddrinfo
+        addresses = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
         raise ConfigError("server.host", f"{host!r}: {exc.strerror}") from None
     for family, kind, proto, _, address in addresses:

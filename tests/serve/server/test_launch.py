@@ -17,6 +17,8 @@ import yaml
 
 from tests.serve.engine_support import model_dirs
 from tests.serve.server_fixtures import server_config
+from trcore.errors import ConfigError
+from trserve.server.serve import check_listen
 
 pytestmark = pytest.mark.serve
 
@@ -63,6 +65,13 @@ def test_a_port_in_use_is_one_line_and_exit_2_before_any_worker_starts():
     assert result.stderr.splitlines() == [
         f"error: server.port: cannot listen on 127.0.0.1:{port}: Address already in use"
     ]
+
+
+def test_the_listen_check_reads_hosts_as_the_server_does():
+    check_listen("", 0)  # "": every interface to asyncio's server (uvicorn), not an unknown host
+    check_listen("localhost", 0)
+    with pytest.raises(ConfigError, match=r"server\.host"):
+        check_listen("no-such-host.invalid", 0)
 
 
 def test_model_that_cannot_start_stops_the_launch_with_its_log_tail(tmp_path):
