@@ -133,6 +133,10 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def gone(request: Request, exc: ClientGone) -> Response:
         return Response(status_code=499)  # nginx's "client closed request"; nobody reads it
 
+    @app.exception_handler(Exception)
+    async def bug(request: Request, exc: Exception) -> Response:  # Starlette still re-raises it: the log has it
+        return error_response(500, f"internal error ({type(exc).__name__}); see the server's log", "internal_error")
+
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         return error_response(exc.status_code, str(exc.detail), "not_found" if exc.status_code == 404 else "error")
