@@ -60,6 +60,12 @@ class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     include_usage: bool = False
 
+    @field_validator("include_usage", mode="before")
+    @classmethod
+    def _null_is_false(cls, value: Any) -> Any:
+        """``null`` is the default, as on every field with one (vLLM's ``Optional[bool]`` reads it so too)."""
+        return False if value is None else value
+
 
 class SamplingFields(BaseModel):
     """Fields shared by completions and chat completions."""

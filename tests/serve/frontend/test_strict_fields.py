@@ -45,6 +45,13 @@ def test_null_is_the_fields_default(field: str, default: object) -> None:
     assert getattr(parse(**{field: None}), field) == default
 
 
+def test_null_include_usage_is_its_default() -> None:
+    body = parse(stream=True, stream_options={"include_usage": None})
+    assert body.stream_options is not None and not body.include_usage
+    with pytest.raises(ValidationError):  # another type is still refused
+        parse(stream=True, stream_options={"include_usage": "yes"})
+
+
 @pytest.mark.parametrize("stop", ["", ["ab", ""]])
 def test_an_empty_stop_string_is_refused(stop: object) -> None:
     with pytest.raises(ValidationError, match="must not be empty"):
