@@ -181,3 +181,20 @@ def test_latency_of_a_model_that_does_not_fit_the_gpu_says_so() -> None:
     too_big = CliRunner().invoke(app, [*args, "--dtype", "fp32"], terminal_width=300)
     assert too_big.exit_code == 0 and "note: 131.0 GB of weights per GPU leave no KV cache" in too_big.output
     assert "does not fit" not in CliRunner().invoke(app, args, terminal_width=300).output
+
+
+def test_a_refusal_shows_the_whole_tokenizer_name_of_each_side(models_dir: Path) -> None:
+    # both sides read "tokenizer name:meta-llama/Lla": names were cut to 19 characters like hashes
+    for name, tokenizer in (("my-pair", "meta-llama/Llama-3.2-1B"), ("other-pair", "meta-llama/Llama-3.1-70B")):
+        (models_dir / name).mkdir(exist_ok=True)
+        spec = {**PAIR, "name": name, "tokenizer": {**PAIR["tokenizer"], "name": tokenizer}}
+        (models_dir / name / "pair.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    router = random_router(np.random.default_rng(0), top_k=4)
+    type(router)(**{**router.__dict__, "meta": {"pair": {"name": "other-pair"}}}).save(models_dir / "other.npz")
+    models = [{"name": "small", "emulated": {"latency_ms": 5.0}}, {"name": "large", "emulated": {"latency_ms": 9.0}}]
+    data = {"pair": "my-pair", "backend": "emulated", "models": models,
+            "router": {"program": "citer", "params": {"router": str(models_dir / "other.npz")}}}  # fmt: skip
+    with pytest.raises(ConfigError) as err:
+        check_pair(ServeConfig.model_validate(data), [])
+    assert "(tokenizer name:meta-llama/Llama-3.1-70B, vocab" in str(err.value)
+    assert "(tokenizer name:meta-llama/Llama-3.2-1B, vocab" in str(err.value)

@@ -30,7 +30,8 @@ def describe(pair: Pair) -> str:
         for m, d in ((m, pair.dims(i)) for i, m in enumerate(pair.spec.models))
     )
     tok = pair.spec.tokenizer
-    return f"pair {pair.name} (tokenizer {tok.identity[:19]}, vocab {tok.vocab_size}; {dims})"
+    identity = tok.identity[:19] if tok.sha256 else tok.identity  # a hash shortened, a name whole
+    return f"pair {pair.name} (tokenizer {identity}, vocab {tok.vocab_size}; {dims})"
 
 
 def same_identity(a: Pair, b: Pair) -> bool:
