@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from trcore.adaptive import policy_for_vector
+from trcore.policy import table_entry
 
 if TYPE_CHECKING:
     from trcore import Subserver
@@ -64,6 +65,15 @@ class ThresholdDriving:
                 self._wake_model(p)
 
     def thresholds_in_force(self) -> tuple[int, ...]:
-        """Per model, the threshold its (first replica's) policy holds now."""
-        first = {m: self.subservers[p].policy.threshold for p, (m, _) in reversed(list(enumerate(self.table.procs)))}
+        """Per model, the threshold its (first replica's) policy holds now: its table's entry at the active count
+        it keys on, else its threshold."""
+        procs = reversed(list(enumerate(self.table.procs)))
+        first = {m: _in_force(self.subservers[p]) for p, (m, _) in procs}
         return tuple(first[m] for m in range(self.config.num_models))
+
+
+def _in_force(sub: Subserver) -> int:
+    policy = sub.policy
+    if not policy.table or sub.num_active is None:
+        return policy.threshold
+    return table_entry(policy.table, sub.num_active, policy.threshold)

@@ -142,3 +142,13 @@ def test_a_final_vector_above_the_phase_concurrency_is_evaluated_as_the_policies
     wide = predicted_over_oracle(config, config.phases, knobs, [(1, 1), (1, 12), (1, 1), (1, 1)])
     assert wide == predicted_over_oracle(config, config.phases, knobs, [(1, 1), (1, 8), (1, 1), (1, 1)])
     assert 0 < wide[1] < 1
+
+
+def test_a_phase_lists_the_table_entry_in_force_not_the_threshold_it_replaced():
+    """The small model's table waits for 8 from 8 active requests on: its phases ran (8, 1), not the (1, 1) of its
+    ``threshold`` (the collapse showed as a loss at 'thresholds [1, 1]')."""
+    models = [{**MODELS[0], "threshold": 1, "table": {8: 8}}, MODELS[1]]
+    phases = [{"duration_s": 2, "concurrency": 4}, {"duration_s": 2, "concurrency": 8}]
+    sim, result = run({**scenario(phases), "models": models})
+    assert [p["thresholds"] for p in result.extra["phases"]] == [[1, 1], [8, 1]]
+    assert sim.thresholds_in_force() == (8, 1)
