@@ -137,11 +137,17 @@ def closed_loop(cfg: PlanConfig, placement: Placement) -> dict[str, Any]:
     return {"placement": placement, "kv_capacity_tokens": capacity, "memory_bound": bound, "points": points}
 
 
+def chain_quantum(quantum_s: float, tables: list[list[float]]) -> float:
+    """The chain's time grid: ``quantum_s``, or 1/128 of the slowest step where that is coarser (CPU steps of ~1 s
+    on a 1 ms grid made a chain of 24 requests too large to solve in hours; GPU steps stay below 128 ms)."""
+    return max(quantum_s, max(map(max, tables)) / 128)
+
+
 def _pipeline_throughput(cfg: PlanConfig, models: list[RooflineModel], n: int, b: tuple[int, ...]) -> tuple[float, str]:
     if n <= cfg.chain_max_n:
         ctx = cfg.context_tokens
         tables = [[m.predict(k, k * ctx, 0) for k in range(1, n + 1)] for m in models]
-        chain = ThroughputModel(cfg.P, cfg.C, tables, quantum_s=cfg.quantum_s)
+        chain = ThroughputModel(cfg.P, cfg.C, tables, quantum_s=chain_quantum(cfg.quantum_s, tables))
         return chain.solve(n, b).throughput_tok_s, "chain"
     return _simulated_tok_s(cfg, models, n, b), "sim"
 

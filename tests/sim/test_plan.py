@@ -173,6 +173,22 @@ def test_the_closed_loops_simulator_measures_past_the_first_hand_off_wave():
     assert points[1]["throughput_tok_s"] > 0.9 * points[0]["throughput_tok_s"]
 
 
+def test_the_chain_solves_cpu_steps_on_a_coarser_grid_and_gpu_steps_on_1_ms(monkeypatch):
+    # cpu-2core steps of 0.1-1.2 s on the 1 ms grid: the memory bound's 19-request chain ran for hours
+    import trsim.plan as plan
+
+    grids, real = [], plan.ThroughputModel
+    monkeypatch.setattr(
+        plan, "ThroughputModel", lambda *a, quantum_s: grids.append(quantum_s) or real(*a, quantum_s=quantum_s)
+    )
+    coloc = Placement((1, 1), 1, True)
+    cpu = PlanConfig("cpu-2core", 1, {"s": "Qwen3-0.6B", "l": "Qwen3-1.7B"}, P, C, dtype="fp32")
+    plan._pipeline_throughput(cpu, latency_models(coloc, cpu.hardware, cpu.models, "fp32"), 4, (1, 1))
+    gpu = PlanConfig("a100-80g", 1, R2R, P, C)  # the slowest GPU pipeline the committed plans solve
+    plan._pipeline_throughput(gpu, latency_models(coloc, gpu.hardware, R2R), 24, (1, 1))
+    assert grids[0] > 3 * gpu.quantum_s and grids[1] == gpu.quantum_s == 1e-3
+
+
 def test_max_rate_keeps_raising_a_low_guess_until_a_rate_fails():
     short = WorkloadConfig(prompt_tokens=constant(32), output_tokens=constant(24))
     cfg = PlanConfig("h100-sxm", 1, {"s": "Qwen3-0.6B", "l": "Qwen3-4B"}, P, C, workload=short, slo_tpot_ms=15.0,
