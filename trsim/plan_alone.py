@@ -65,6 +65,8 @@ def pair_fits_nowhere(cfg: PlanConfig, feasible: Fn) -> str:
     nowhere = fits_nowhere(cfg)
     solo = bool(feasible(alone_config(cfg)))
     if not (solo and cfg.compare_alone):
+        if feasible(replace(cfg, context_tokens=1)):  # the weights fit; one request of --context's KV does not
+            raise ConfigError("--context", f"{nowhere} with KV room for one request of {cfg.context_tokens} tokens")
         raise ConfigError("--gpus", nowhere + ("; the large model alone fits: drop --no-large-alone" if solo else ""))
     return f"{nowhere}: only the large model alone is planned"
 

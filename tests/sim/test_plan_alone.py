@@ -115,3 +115,10 @@ def test_where_the_pair_fits_no_placement_the_large_model_alone_is_still_planned
                                      "small=Qwen3-8B,large=Qwen3-32B", "-N", "8", "--thresholds", "1,1",
                                      "--open-loop-top", "0", "--workers", "1"], terminal_width=200)  # fmt: skip
     assert table.exit_code == 0 and "large alone 1x tp1" in table.output and "only the large model" in table.output
+
+
+def test_a_context_no_placement_holds_is_an_error_of_context_not_of_gpus():
+    # The weights fit 3 A100s; one request of 10M tokens' KV does not (the error named --gpus)
+    result = CliRunner().invoke(app, ["plan", "--gpus", "3", "--context", "10000000", "--open-loop-top", "0"])
+    assert result.exit_code == 2 and result.output.strip().startswith("error: --context: ")
+    assert len(result.output.strip().splitlines()) == 1 and "10000000 tokens" in result.output
