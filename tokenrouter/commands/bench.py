@@ -95,7 +95,7 @@ def bench(
     from trserve.bench.outputs import write_outputs
     from trserve.bench.predict import check_one_copy
     from trserve.bench.runner import BenchRunner
-    from trserve.bench.systems import check_names
+    from trserve.bench.systems import check_names, check_systems_fit
     from trserve.bench.window_stats import check_num_models
     from trserve.config import ServeConfig
     from trserve.crossval.stack import load_stack
@@ -124,6 +124,7 @@ def bench(
 
     base = _load(config, None, None, pair=pair).model_dump(mode="json")
     check_one_copy([m.get("replicas", 1) for m in base["models"]])
+    check_systems_fit(base, sys_names)
     if "vllm-server" in sys_names and base.get("backend") != "vllm":
         raise ConfigError("systems", f"vllm-server needs real engines (backend: vllm), not {base.get('backend')!r}")
     base["server"]["max_active_requests"] = max(base["server"]["max_active_requests"], max(ns))

@@ -119,9 +119,20 @@ def system_config(
         cfg["handoff"] = "readmit"
     if system in ("lockstep", "per-token"):
         cfg["mode"] = system
+        # Admission by KV headroom is the routed front end's (refused in another mode): the baselines go without.
+        cfg["server"] = {**(cfg.get("server") or {}), "kv_admission": False}
     if system == "per-token":  # its free-running engines keep vLLM's own KV accounting: no policy to pick
         cfg.pop("memory", None)
     return cfg
+
+
+def check_systems_fit(base: Mapping[str, Any], systems: Sequence[str]) -> None:
+    """Refuse, before any cell runs, a system that cannot run on ``base``'s memory: per-token with emulated KV
+    pools (its emulated engines keep none, so it would run as if memory were free beside the others)."""
+    pools = [(m.get("emulated") or {}).get("kv_tokens") for m in base["models"]]
+    if "per-token" in systems and base.get("backend") == "emulated" and any(pools):
+        raise ConfigError("systems", "per-token keeps no KV pool on emulated engines (models[i].emulated.kv_tokens), "
+                          "so it would not run with the others' memory: leave per-token out, or the pools")  # fmt: skip
 
 
 def _need(table: ThresholdTable | None, system: str) -> ThresholdTable:

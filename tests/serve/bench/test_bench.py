@@ -50,6 +50,28 @@ def test_every_system_is_a_valid_serve_config(system: str) -> None:
     assert lru.memory.policy == ("cost" if system == "per-token" else "lru")  # per-token's engines keep vLLM's own
 
 
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_every_system_runs_a_base_config_that_admits_by_kv_headroom(system: str) -> None:
+    """The front end's KV gate is routed mode's: the baselines run without it (a lockstep cell was a traceback)."""
+    base = {**DEFAULT_CONFIG, "server": {**DEFAULT_CONFIG.get("server", {}), "kv_admission": True}}
+    cfg = ServeConfig.model_validate(system_config(base, system, "r2r", TABLE))
+    assert cfg.server.kv_admission == (cfg.mode == "routed")
+
+
+def test_per_token_with_emulated_pools_is_refused_before_any_cell_runs() -> None:
+    import yaml
+
+    from trcore.errors import ConfigError
+    from trserve.bench.systems import check_systems_fit
+
+    base = yaml.safe_load((ROOT / "configs/emulated-r2r-a100.yaml").read_text())
+    check_systems_fit(base, ["tokenrouter", "lockstep", "per-token"])  # no pools: every system runs
+    base["models"] = [{**m, "emulated": {"latency_ms": 5.0, "kv_tokens": 4096}} for m in base["models"]]
+    check_systems_fit(base, ["tokenrouter", "lockstep", "llm-only"])
+    with pytest.raises(ConfigError, match="systems: per-token keeps no KV pool on emulated engines"):
+        check_systems_fit(base, ["tokenrouter", "per-token"])
+
+
 def test_llm_only_needs_no_operating_point_of_the_router_it_ignores() -> None:
     import yaml
 
