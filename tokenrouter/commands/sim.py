@@ -247,7 +247,8 @@ def sweep(
         task = progress.add_task(f"{len(points)} runs", total=len(points))
         rows = run_sweep(configs, points, tokens, runner=runner, on_done=lambda _row: progress.advance(task))
     if with_model and scenario is None:
-        _add_model(rows, *opt.pair_defaults(opt.ANALYTIC_PAIR if pair is None else pair, P, C, latency_ms), quantum_ms)
+        flags = opt.pair_defaults(opt.ANALYTIC_PAIR if pair is None else pair, P, C, latency_ms)
+        _add_model(rows, configs["flags"], *flags, quantum_ms)
     out.mkdir(parents=True, exist_ok=True)
     per_run = tokens if tokens is not None else DEFAULT_TOKENS  # a row with cut_short ran phases (to its last)
     result = {"points": rows, "tokens_per_run": per_run, "runner": runner.describe()}
@@ -259,20 +260,30 @@ def sweep(
     typer.echo(f"wrote {out / 'sweep.json'} and {out / 'sweep.png'}")
 
 
-def _add_model(rows: list[dict[str, Any]], P: str, C: str, latency_ms: str, quantum_ms: float | None) -> None:
-    """Attach the analytic model's T(B) to each row (``None`` where its chain has no unique answer)."""
+def _add_model(
+    rows: list[dict[str, Any]], config: SimConfig, P: str, C: str, latency_ms: str, quantum_ms: float | None
+) -> None:
+    """Attach the analytic model's T(B) to each row (``None`` where its chain has no unique answer): the simulated
+    system's batch caps, and only the swept vectors, exact while cheap, else sampled (``auto``), so a large N
+    does not solve every feasible vector's chain exactly."""
     from tokenrouter.commands.analytic import parse_latency_spec
-    from trcore.throughput import ThroughputModel
+    from trcore.throughput import SamplingConfig, ThroughputModel
+    from trcore.throughput.model import clamp_to_caps
 
     p = opt.parse_matrix(P, "--P")
     c = opt.parse_matrix(C, "--C")
     quantum_ms = quantum_ms or 0.1
-    model = ThroughputModel(p, c, parse_latency_spec(latency_ms, len(p), quantum_ms), quantum_s=quantum_ms / 1000)
+    caps = [policy.max_batch for policy in config.policies]
+    latency = parse_latency_spec(latency_ms, len(p), quantum_ms)
+    sampling = SamplingConfig(seed=config.seed)
+    model = ThroughputModel(p, c, latency, quantum_s=quantum_ms / 1000, max_batch=caps, sampling=sampling)
     for n in sorted({row["concurrency"] for row in rows}):
-        try:  # one exploration solves every feasible vector at this concurrency
-            known = {cand.thresholds: cand.throughput_tok_s for cand in model.optimize(n).candidates}
+        mine = [row for row in rows if row["concurrency"] == n]
+        swept = [clamp_to_caps(row["thresholds"], model.spec.batch_caps(n)) for row in mine]
+        try:  # one exploration (or one sampling race) covers every swept vector at this concurrency
+            found = model.optimize(n, candidates=swept, method="auto").candidates
+            known = {cand.thresholds: cand.throughput_tok_s for cand in found}
         except NotIrreducibleError:
             known = {}
-        for row in rows:
-            if row["concurrency"] == n:
-                row["model_tok_s"] = known.get(tuple(row["thresholds"]))
+        for row, vector in zip(mine, swept, strict=True):
+            row["model_tok_s"] = known.get(vector)
