@@ -187,6 +187,9 @@ def _candidates(
     """Every feasible vector, or ``given`` clamped to the caps with no delay added first when missing."""
     if given is None:
         return list(feasible_thresholds(caps, num_requests))
+    for v in given:  # zip would drop a short vector's missing entries, int() a fraction's
+        if len(v) != len(caps) or any(isinstance(b, bool) or not isinstance(b, Integral) for b in v):
+            raise ConfigError("candidates", f"each needs {len(caps)} integer thresholds (one per model), got {list(v)}")
     vectors = [clamp_to_caps(v, caps) for v in given]
     for v in vectors:
         check_feasible(v, num_requests)
