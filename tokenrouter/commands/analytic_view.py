@@ -58,7 +58,7 @@ def print_optimize(result: OptimizeResult, ranked: list[ThroughputResult], num_r
             "best" if is_best else "",
             vector_text(c.thresholds),
             rate_text(c),
-            f"{c.throughput_tok_s / result.throughput_tok_s:.1%}",
+            share_text(c.throughput_tok_s, result.throughput_tok_s),
             states_text(c),
             style="bold green" if is_best else None,
         )
@@ -67,6 +67,11 @@ def print_optimize(result: OptimizeResult, ranked: list[ThroughputResult], num_r
     best = next((c for c in ranked if c.thresholds == result.thresholds), None)
     rate = rate_text(best) if best else f"{result.throughput_tok_s:.2f}"
     console.print(f"best thresholds {vector_text(result.thresholds)}: {rate} tok/s ({work}, {result.elapsed_s:.2f} s)")
+
+
+def share_text(rate: float, best: float) -> str:
+    """``rate`` as a share of the best's; "-" where the best commits nothing (a C of zeros, say)."""
+    return f"{rate / best:.1%}" if best > 0 else "-"
 
 
 def rate_text(result: ThroughputResult) -> str:
