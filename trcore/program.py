@@ -37,6 +37,10 @@ class RoutingProgram:
     #: Keys of ``Request.extra`` that the request brings and no model changes (e.g. a whole routing schedule):
     #: a model that has the request keeps its own copy, so hand-offs to it and step reports leave them out.
     fixed_extra_keys: ClassVar[frozenset[str]] = frozenset()
+    #: Keys of ``Request.extra`` a client may send (HTTP ``routing_extra``) because this program reads them;
+    #: :meth:`check_extra` refuses any other, so nothing a client sends is silently ignored. A program of one's
+    #: own that reads keys names them here.
+    client_extra_keys: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, model: int, num_models: int) -> None:
         if not 0 <= model < num_models:
@@ -48,7 +52,13 @@ class RoutingProgram:
     def check_extra(cls, extra: Mapping[str, Any], num_models: int) -> None:
         """Raise ValueError (naming the key) when a request's ``extra`` (HTTP ``routing_extra``) is not
         usable by this program; front ends call it at admission, so a bad value never reaches a model. The
-        default accepts anything: a program that reads ``extra`` overrides it."""
+        default refuses keys outside :attr:`client_extra_keys`; a program that reads ``extra`` also checks the
+        values (calling this first)."""
+        unread = sorted(set(extra) - cls.client_extra_keys)
+        if unread:
+            reads = ", ".join(sorted(cls.client_extra_keys)) or "no key"
+            raise ValueError(f"routing_extra.{unread[0]}: routing program {cls.name or cls.__name__!r} reads "
+                             f"{reads}; it would be ignored")  # fmt: skip
 
     def route(self, step: StepResult) -> Routing:
         """For every request of the step: the model that continues it, and whether its token is kept."""

@@ -33,8 +33,16 @@ def test_unusable_extras_are_refused(extra, words):
         PROGRAMS.get("schedule").check_extra(extra, 2)
 
 
-def test_programs_that_read_no_extra_accept_anything():
-    PROGRAMS.get("rstitch").check_extra({"anything": [1, {"x": None}]}, 2)
+@pytest.mark.parametrize("name", ["markov", "trace", "rstitch", "mixture", "r2r", "citer", "colllm"])
+def test_a_key_no_program_reads_is_refused_not_ignored(name):
+    PROGRAMS.get(name).check_extra({}, 2)
+    with pytest.raises(ValueError, match=rf"routing_extra\.handof_prob: routing program '{name}' reads no key"):
+        PROGRAMS.get(name).check_extra({"handof_prob": 0.5}, 2)
+
+
+def test_a_misspelled_key_beside_the_schedule_programs_own_is_refused():
+    with pytest.raises(ValueError, match=r"routing_extra\.handof_prob: .* reads decision_key, handoff_prob, schedule"):
+        PROGRAMS.get("schedule").check_extra({"decision_key": "k", "handof_prob": 0.5}, 2)
 
 
 def test_a_schedule_travels_to_a_model_once_then_only_its_step_index():

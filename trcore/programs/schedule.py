@@ -32,6 +32,7 @@ class ScheduleProgram(RoutingProgram):
     probability and key travel only to a model that has not seen it; its step index travels with every hand-off."""
 
     fixed_extra_keys = frozenset({"schedule", "handoff_prob", "decision_key"})
+    client_extra_keys = fixed_extra_keys
 
     def __init__(self, model: int, num_models: int, handoff_prob: float = 0.0, seed: int = 0) -> None:
         super().__init__(model, num_models)
@@ -47,6 +48,7 @@ class ScheduleProgram(RoutingProgram):
         ``decision_key`` a string or integer; ``schedule_step`` is this program's own and may not be sent."""
         if STEP_KEY in extra:
             raise ValueError(f"{STEP_KEY} is kept by the schedule program itself and may not be sent")
+        super().check_extra(extra, num_models)
         if not isinstance(extra.get("schedule") or [], list):
             raise ValueError("schedule: must be a list of [destination, kept] pairs")
         for pair in extra.get("schedule") or ():

@@ -95,6 +95,7 @@ BAD_FIELDS = [
     ({"top_k": -2}, "top_k", "greater than or equal"),
     ({"top_k": VOCAB + 1}, "top_k", "vocabulary size"),
     ({"routing_extra": {"schedule": [[2, True]]}}, "routing_extra", "destination must be in 0..1"),
+    ({"routing_extra": {"handof_prob": 0.5}}, "routing_extra", "routing_extra.handof_prob: routing program"),
     ({"stream": True, "stream_options": {"include_usage": True, "foo": 1}}, "stream_options.foo", "not a field"),
     ({"stream": True, "return_token_ids": True}, "return_token_ids", "without stream"),
     ({"stream_options": {"include_usage": True}}, "stream_options", "only allowed with stream: true"),
