@@ -9,7 +9,7 @@ from pathlib import Path
 
 from trcore import ConfigError, policies_for
 from trcore.traces import RequestTrace, replay_decisions
-from trsim.config import SimConfig
+from trsim.config import SimConfig, checked_thresholds
 from trsim.latency import ConstantModel, LatencyModel
 from trsim.lengths import LengthPairs
 from trsim.routing import RouterConfig
@@ -30,16 +30,16 @@ def markov_config(
     """A system with the stationary Markov router: ``latency[m]`` in seconds (a constant model) or any latency
     model; ``workload`` a preset name or a config (its concurrency replaced by ``concurrency``)."""
     models = [ConstantModel(x) if isinstance(x, int | float) else x for x in latency]
-    thresholds = thresholds if thresholds is not None else [1] * len(models)
-    if len(thresholds) != len(models):
-        raise ConfigError("thresholds", f"need {len(models)} values (one per model), got {len(thresholds)}")
+    if len(P) != len(models):  # else P was blamed for the latency list's length
+        raise ConfigError("latency", f"needs one entry per model ({len(P)}, the rows of P), got {len(models)}")
+    vector = checked_thresholds(thresholds if thresholds is not None else [1] * len(models), len(models))
     base = preset(workload) if isinstance(workload, str) else workload
     params: dict[str, object] = {"P": [list(map(float, row)) for row in P]}
     if C is not None:
         params["C"] = [list(map(float, row)) for row in C]
     return SimConfig(
         latency=tuple(models),
-        policies=policies_for([int(b) for b in thresholds]),
+        policies=policies_for(list(vector)),
         router=RouterConfig("markov", params),
         workload=replace(base, concurrency=concurrency),
         seed=seed,

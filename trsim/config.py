@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from numbers import Integral
 
 from trcore import BatchingPolicy, ConfigError, InfeasibleError
 from trcore.routers import validate_keep_matrix, validate_matrix
@@ -159,9 +160,8 @@ class SimConfig:
         return tuple(p.threshold for p in self.policies)
 
     def with_thresholds(self, thresholds: Sequence[int]) -> SimConfig:
-        if len(thresholds) != self.num_models:
-            raise ConfigError("thresholds", f"need {self.num_models} values (one per model), got {len(thresholds)}")
-        policies = tuple(replace(p, threshold=int(b)) for p, b in zip(self.policies, thresholds, strict=True))
+        vector = checked_thresholds(thresholds, self.num_models)
+        policies = tuple(replace(p, threshold=b) for p, b in zip(self.policies, vector, strict=True))
         return replace(self, policies=policies)
 
     def with_concurrency(self, concurrency: int) -> SimConfig:
@@ -187,6 +187,15 @@ class SimConfig:
                 f"{list(self.thresholds)} at concurrency {n}: sum of (B_i - 1) = {slack} must be < {n}, "
                 "else requests can deadlock (lower a threshold or set max_wait_ms)",
             )
+
+
+def checked_thresholds(thresholds: Sequence[int], num_models: int) -> tuple[int, ...]:
+    """``thresholds`` as ints, one whole number per model (a fraction was truncated unsaid: 1.5 ran as 1)."""
+    if len(thresholds) != num_models:
+        raise ConfigError("thresholds", f"need {num_models} values (one per model), got {len(thresholds)}")
+    if any(isinstance(b, bool) or not isinstance(b, Integral) for b in thresholds):
+        raise ConfigError("thresholds", f"must be whole numbers, got {list(thresholds)}")
+    return tuple(int(b) for b in thresholds)
 
 
 def _check_costs(name: str, given: float | tuple[float, ...], num_models: int) -> None:

@@ -8,6 +8,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field, replace
+from numbers import Integral
 from typing import Any, Literal, Protocol
 
 import simpy
@@ -73,6 +74,8 @@ class WorkloadConfig:
     pair_offset: int = 0
 
     def __post_init__(self) -> None:
+        if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, Integral):  # range() would raise
+            raise ConfigError("workload.concurrency", f"must be a whole number, got {self.concurrency!r}")
         positive = {"concurrency": self.concurrency, "rate_per_s": self.rate_per_s, "turns": self.turns}
         for name, value in positive.items():
             if not value > 0:
