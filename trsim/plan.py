@@ -24,8 +24,8 @@ from trsim.parallel import JobRunner, LocalRunner, run_jobs
 from trsim.placement import Placement, kv_capacities, kv_capacity_tokens, placements
 from trsim.plan_alone import Search, beside_routed, fits_nowhere, pair_fits_nowhere
 from trsim.plan_inputs import MeasuredProfile, plan_models, with_stack
-from trsim.plan_memory import confirm_memory_bound, fits_closed_loop, mean_lengths, memory_bound
-from trsim.plan_open import max_rate, workload_of
+from trsim.plan_memory import confirm_memory_bound, fits_closed_loop, memory_bound
+from trsim.plan_open import SERVER_DEFAULT, check_max_active, open_loop_rates, workload_of
 from trsim.roofline import RooflineModel
 from trsim.workload import ENDLESS, WorkloadConfig
 
@@ -38,9 +38,10 @@ ASSUMPTIONS = (
     "per pipeline, the simulator beyond; thresholds above 1 only when they gain more than min_gain",
     "open loop: the preset's lengths, thresholds of 1 (no delayed batching); a pipeline batches at most the "
     "requests that fit resident on every model they visit (the memory bound below, at most 256; the rest "
-    "wait); the server admits at most max_active requests (split over its pipelines; later arrivals wait for a "
-    "slot, their latencies counted from arrival); each rate runs open_run_s simulated seconds from empty; only "
-    "the open_loop_top most promising pipelines are bisected",
+    "wait); the server admits at most max_active requests (split over its pipelines; by default 64 a pipeline, "
+    "the engines' default max_num_seqs; later arrivals wait for a slot, their latencies counted from arrival); "
+    "each rate runs open_run_s simulated seconds from empty; only the open_loop_top most promising pipelines are "
+    "bisected",
     "memory: a request holds KV on every model it visits; closed-loop points whose endless requests of "
     "context_tokens do not fit are skipped; memory_bound is the most requests of the preset's lengths that fit "
     "(mean resident footprint prompt + E[L^2] / (2 E[L]), with a margin of 1.645 standard deviations of the "
@@ -89,8 +90,9 @@ class PlanConfig:
     profiles: tuple[MeasuredProfile, ...] = ()
     #: The serving stack's costs added to the planner's simulator runs (``plan_inputs.STACK_FIELDS``).
     stack: Mapping[str, Any] = field(default_factory=dict)
-    #: The server's admission limit (``server.max_active_requests``, its default 64); None: no limit.
-    max_active: int | None = 64
+    #: The server's admission limit for the whole system (``server.max_active_requests``), split over the
+    #: pipelines; None: no limit; by default the server's (:data:`~trsim.plan_open.SERVER_DEFAULT`).
+    max_active: int | str | None = SERVER_DEFAULT
 
     def __post_init__(self) -> None:
         if len(self.P) != len(self.models) or any(len(t) != len(self.models) for t in self.thresholds):
@@ -100,9 +102,7 @@ class PlanConfig:
         for name, values in (("--concurrency", self.concurrencies), ("--thresholds", self.thresholds)):
             if len(set(values)) != len(values):  # each would be planned, tabled and judged twice
                 raise ConfigError(name, f"a value is given twice: {list(values)}")
-        if self.max_active is not None and self.max_active < 1:
-            raise ConfigError("--max-active-requests", f"must be >= 1 (0 on the command line: no limit), got "
-                              f"{self.max_active}")  # fmt: skip
+        check_max_active(self.max_active)
 
 
 def feasible(cfg: PlanConfig) -> list[Placement]:
@@ -205,11 +205,13 @@ def run_plan(cfg: PlanConfig, workers: int = 1, progress: Callable[[str, int], C
         row["memory_bound"] = {**row["memory_bound"], "sim_throughput_tok_s": by_policy}
     stage_s["closed_loop"], start = clock() - start, clock()
     if cfg.open_loop_top > 0:
-        _open_loop(cfg, ranked, runner, stage)
+        open_loop_rates(cfg, ranked, runner, stage)
     stage_s["open_loop"], start = clock() - start, clock()
     report = _report(cfg, ranked, sorted(ranked, key=lambda r: -r["throughput_per_gpu_tok_s"]))
     if cfg.compare_alone:
-        search = Search(feasible, closed_loop, _best_point, _open_loop, _pipeline_throughput, _placement_dict, _map)
+        search = Search(
+            feasible, closed_loop, _best_point, open_loop_rates, _pipeline_throughput, _placement_dict, _map
+        )
         report.update(beside_routed(cfg, search, ranked, runner, stage))
         stage_s["large_alone"] = clock() - start
         if alone_only and not report["large_alone"]["placements"]:
@@ -218,32 +220,6 @@ def run_plan(cfg: PlanConfig, workers: int = 1, progress: Callable[[str, int], C
         if alone_only:
             report["routing_pays"]["verdict"] = alone_only
     return {**report, "stage_s": stage_s}
-
-
-def _open_loop(cfg: PlanConfig, ranked: list[dict[str, Any]], runner: JobRunner,
-               stage: Callable[[str, int], Callable[[], None]]) -> None:  # fmt: skip
-    """Bisect the Poisson capacity of the ``open_loop_top`` most promising pipelines and give it, times the
-    replicas, to every placement built of them. Promise: one pipeline's best closed-loop throughput times the
-    replicas that fit on the node (capacity grows with replicas; at a fixed N it does not)."""
-    tokens = mean_lengths(workload_of(cfg), cfg.seed)[1]
-    singles = [r for r in ranked if r["placement"].replicas == 1]
-    fits = {id(r): cfg.num_gpus // r["placement"].gpus_per_pipeline for r in singles}
-    singles.sort(key=lambda r: -r["throughput_tok_s"] * fits[id(r)])
-    chosen = singles[: cfg.open_loop_top]
-    args = [(cfg, r["placement"], r["throughput_tok_s"] / tokens) for r in chosen]
-    rates = _map(max_rate, args, runner, stage("open loop", len(args)))
-    found = {_pipeline(r["placement"]): rate for r, rate in zip(chosen, rates, strict=True)}
-    for row in ranked:
-        one = found.get(_pipeline(row["placement"]))
-        if one is not None:
-            r = row["placement"].replicas
-            row.update(
-                one, max_rate_rps=one["max_rate_rps"] * r, rate_bracket_rps=[x * r for x in one["rate_bracket_rps"]]
-            )
-
-
-def _pipeline(p: Placement) -> tuple[Any, ...]:
-    return (p.tp, p.colocated)
 
 
 def _best_point(row: dict[str, Any], min_gain: float) -> dict[str, Any]:
@@ -293,7 +269,8 @@ def _placement_dict(cfg: PlanConfig, row: dict[str, Any]) -> dict[str, Any]:
         for m, (name, shape) in enumerate(cfg.models.items())
     }  # fmt: skip
     keys = ("concurrency", "thresholds", "evaluator", "throughput_tok_s", "throughput_per_gpu_tok_s",
-            "sim_throughput_tok_s", "max_rate_rps", "rate_bracket_rps", "upper_failed", "max_batch", "at_max",
+            "sim_throughput_tok_s", "max_rate_rps", "rate_bracket_rps", "upper_failed", "max_batch",
+            "max_active_per_pipeline", "at_max",
             "at_memory_bound", "kv_capacity_tokens", "memory_bound", "points")  # fmt: skip
     return {"label": p.label, "colocated": p.colocated, "replicas": p.replicas, "num_gpus": p.num_gpus,
             "models": per_model, **{k: row.get(k) for k in keys}}  # fmt: skip

@@ -3,23 +3,25 @@ p99 meet the SLO, by bisection in the simulator with a preset's length distribut
 
 A pipeline batches at most the requests that fit resident on every model they visit (``plan_memory.batch_cap``),
 and the server admits at most ``max_active`` requests at once (``server.max_active_requests``, split evenly over
-the placement's pipelines): later arrivals wait for a slot, and their TTFT and end-to-end latency count from their
-arrival, as the server's clients see them.
+the placement's pipelines; by default, as the server left to its defaults, :data:`SERVER_DEFAULT_PER_PIPELINE` a
+pipeline): later arrivals wait for a slot, and their TTFT and end-to-end latency count from their arrival, as the
+server's clients see them.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from trcore import policies_for
+from trcore import ConfigError, policies_for
 from trsim.build import markov_config
 from trsim.driver import Simulation
+from trsim.parallel import JobRunner, run_jobs
 from trsim.placement import Placement, kv_capacities
 from trsim.plan_inputs import plan_models, with_stack
-from trsim.plan_memory import batch_cap
+from trsim.plan_memory import batch_cap, mean_lengths
 from trsim.roofline import RooflineModel
 from trsim.workload import WorkloadConfig, preset
 
@@ -32,9 +34,24 @@ def workload_of(cfg: PlanConfig) -> WorkloadConfig:
     return preset(cfg.workload) if isinstance(cfg.workload, str) else cfg.workload
 
 
-def per_pipeline(max_active: int | None, replicas: int) -> int | None:
-    """A server's admission limit split evenly over ``replicas`` pipelines (at least one request each)."""
-    return None if max_active is None else max(1, max_active // replicas)
+#: ``PlanConfig.max_active`` when not given: the server's own default, which is each model's ``max_num_seqs`` (64)
+#: times its replicas, i.e. :data:`SERVER_DEFAULT_PER_PIPELINE` requests a pipeline.
+SERVER_DEFAULT = "server-default"
+SERVER_DEFAULT_PER_PIPELINE = 64
+
+
+def check_max_active(max_active: int | str | None) -> None:
+    """``PlanConfig.max_active`` is a count of at least 1, None (no limit) or :data:`SERVER_DEFAULT`."""
+    if max_active not in (None, SERVER_DEFAULT) and not (isinstance(max_active, int) and max_active >= 1):
+        raise ConfigError("--max-active-requests", f"must be >= 1 (0 on the command line: no limit), got {max_active}")
+
+
+def per_pipeline(max_active: int | str | None, replicas: int) -> int | None:
+    """A server's admission limit split evenly over ``replicas`` pipelines (at least one request each); the
+    server's default (:data:`SERVER_DEFAULT`) admits :data:`SERVER_DEFAULT_PER_PIPELINE` a pipeline."""
+    if max_active == SERVER_DEFAULT:
+        return SERVER_DEFAULT_PER_PIPELINE
+    return None if max_active is None else max(1, int(max_active) // replicas)
 
 
 #: Raises of the guess by half (1.5**12: about 130x) before the search gives up looking for a rate that fails.
@@ -105,3 +122,39 @@ def keeps_up(rate: float, finish_times_s: Iterable[float], run_s: float) -> bool
 
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1e3
+
+
+def open_loop_rates(cfg: PlanConfig, ranked: list[dict[str, Any]], runner: JobRunner,
+                    stage: Callable[[str, int], Callable[[], None]]) -> None:  # fmt: skip
+    """Bisect the Poisson capacity of the ``open_loop_top`` most promising pipelines and give it, times the
+    replicas, to every placement built of them. Promise: one pipeline's best closed-loop throughput times the
+    replicas that fit on the node (capacity grows with replicas; at a fixed N it does not). A system-wide
+    admission limit given as a number is split over the replicas, so there each replica count is bisected."""
+    tokens = mean_lengths(workload_of(cfg), cfg.seed)[1]
+    singles = [r for r in ranked if r["placement"].replicas == 1]
+    fits = {id(r): cfg.num_gpus // r["placement"].gpus_per_pipeline for r in singles}
+    singles.sort(key=lambda r: -r["throughput_tok_s"] * fits[id(r)])
+    guess = {pipeline_of(r["placement"]): r["throughput_tok_s"] / tokens for r in singles[: cfg.open_loop_top]}
+    split = isinstance(cfg.max_active, int)
+    todo = [
+        r["placement"]
+        for r in ranked
+        if pipeline_of(r["placement"]) in guess and (split or r["placement"].replicas == 1)
+    ]
+    args = [(cfg, p, guess[pipeline_of(p)] * p.replicas) for p in todo]
+    tick = stage("open loop", len(args))
+    rates = run_jobs(runner, max_rate, args, lambda _result: tick())
+    found = {(pipeline_of(p), p.replicas): rate for p, rate in zip(todo, rates, strict=True)}
+    for row in ranked:
+        p = row["placement"]
+        one = found.get((pipeline_of(p), p.replicas if split else 1))
+        if one is not None:  # bisected with its replicas (a system-wide rate), or one pipeline's rate times r
+            r = 1 if split else p.replicas
+            row.update(
+                one, max_rate_rps=one["max_rate_rps"] * r, rate_bracket_rps=[x * r for x in one["rate_bracket_rps"]]
+            )
+
+
+def pipeline_of(p: Placement) -> tuple[Any, ...]:
+    """What makes one pipeline of a placement: its tensor parallelism and co-location (not the replicas)."""
+    return (p.tp, p.colocated)

@@ -7,11 +7,11 @@ import pytest
 from typer.testing import CliRunner
 
 from tokenrouter.cli import app
-from trserve.config import ServerConfig
+from trserve.config import ServeConfig
 from trsim.lengths import constant
 from trsim.placement import Placement, kv_capacity_tokens, latency_models, placements
-from trsim.plan import PlanConfig, closed_loop, feasible, max_rate
-from trsim.plan_open import batch_caps, keeps_up, open_run
+from trsim.plan import PlanConfig, closed_loop, feasible, run_plan
+from trsim.plan_open import batch_caps, keeps_up, max_rate, open_run, per_pipeline
 from trsim.workload import WorkloadConfig
 
 runner = CliRunner()
@@ -84,8 +84,33 @@ def test_the_servers_admission_limit_lowers_capacity_and_is_split_over_replicas(
     free, capped = max_rate(cfg, two, guess_rps=20.0), max_rate(replace(cfg, max_active=4), two, guess_rps=20.0)
     assert free["max_active_per_pipeline"] is None and capped["max_active_per_pipeline"] == 2
     assert capped["max_rate_rps"] < free["max_rate_rps"]
-    served = ServerConfig().max_active_requests
-    assert PlanConfig("a100-80g", 8, R2R, P, C).max_active == served  # plans the server as it starts by default
+    assert per_pipeline(5, 2) == 2 and per_pipeline(None, 2) is None
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 4])
+def test_the_planners_default_admission_is_the_servers_for_every_replica_count(replicas):
+    """Left out, the plan admits what a server of ``replicas`` copies of each model admits with its defaults."""
+    models = [{"name": name, "emulated": {"latency_ms": 1.0}, "replicas": replicas} for name in ("small", "large")]
+    served = ServeConfig.model_validate({"backend": "emulated", "models": models}).server.max_active_requests
+    limit = PlanConfig("a100-80g", 8, R2R, P, C).max_active
+    assert per_pipeline(limit, replicas) * replicas == served
+
+
+@pytest.mark.parametrize("limit", [2, "server-default"])
+def test_a_system_wide_limit_is_split_over_each_placements_replicas_and_the_default_is_per_pipeline(limit):
+    """Given as a number, the limit is the whole server's, so two replicas admit half of it each; the server's
+    default admits 64 a pipeline whatever the replicas, so r pipelines carry r x one pipeline's rate."""
+    short = WorkloadConfig(prompt_tokens=constant(32), output_tokens=constant(24))
+    cfg = PlanConfig("h100-sxm", 2, {"s": "Qwen3-0.6B", "l": "Qwen3-4B"}, P, C, concurrencies=(4,),
+                     thresholds=((1, 1),), workload=short, slo_tpot_ms=None, slo_ttft_ms=200.0, open_run_s=2.0,
+                     bisection_steps=3, max_active=limit, open_loop_top=10, compare_alone=False)  # fmt: skip
+    rows = {(p["label"]): p for p in run_plan(cfg)["placements"]}
+    one, two = rows["1x coloc tp1"], rows["2x coloc tp1"]
+    if limit == 2:
+        assert (one["max_active_per_pipeline"], two["max_active_per_pipeline"]) == (2, 1)
+    else:
+        assert one["max_active_per_pipeline"] == two["max_active_per_pipeline"] == 64
+        assert two["max_rate_rps"] == pytest.approx(2 * one["max_rate_rps"])
 
 
 def test_a_tpot_only_target_does_not_pass_an_overloaded_pipeline():

@@ -10,9 +10,10 @@ from trcore.errors import ConfigError
 from trsim.latency import ConstantModel
 from trsim.lengths import constant
 from trsim.placement import Placement, kv_capacity_tokens
-from trsim.plan import PlanConfig, max_rate
+from trsim.plan import PlanConfig
 from trsim.plan_alone import alone_config
 from trsim.plan_inputs import MeasuredProfile, ProfiledRoofline, plan_models, with_stack
+from trsim.plan_open import max_rate
 from trsim.workload import WorkloadConfig
 
 runner = CliRunner()

@@ -85,7 +85,7 @@ def plan(
     slo_tpot_ms: float = typer.Option(50.0, "--slo-tpot-ms", help="TPOT p99 target (0: none)."),
     slo_ttft_ms: float = typer.Option(2000.0, "--slo-ttft-ms", help="TTFT p99 target (0: none)."),
     max_active: int = typer.Option(
-        64, "--max-active-requests", help="The server's admission limit, as the open loop admits (0: none)."
+        None, "--max-active-requests", help="The server's admission limit, split over pipelines (0: none) [64 each]."
     ),
     colocation: bool = typer.Option(True, "--colocation/--no-colocation", help="Also search co-located models."),
     open_loop_top: int = typer.Option(
@@ -109,7 +109,7 @@ def plan(
 ) -> None:
     """Search placements (GPUs, tp, replicas, co-location), thresholds and concurrency for throughput, and the
     highest Poisson rate under a TPOT/TTFT p99 target; roofline step latencies (docs/planning.md)."""
-    from trsim.plan import PlanConfig
+    from trsim.plan import SERVER_DEFAULT, PlanConfig
 
     if out is not None and out.exists() and not out.is_dir():
         raise ConfigError("--out", f"{out} is a file; give a folder for plan.json and plan.png")
@@ -135,7 +135,7 @@ def plan(
         workload=workload,
         slo_tpot_ms=_target_ms(slo_tpot_ms, "--slo-tpot-ms"),
         slo_ttft_ms=_target_ms(slo_ttft_ms, "--slo-ttft-ms"),
-        max_active=None if max_active == 0 else max_active,
+        max_active={None: SERVER_DEFAULT, 0: None}.get(max_active, max_active),
         open_loop_top=open_loop_top,
         open_run_s=open_run_s,
         memory_confirm_top=memory_confirm_top,
