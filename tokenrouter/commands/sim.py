@@ -9,7 +9,12 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from tokenrouter import options as opt
-from tokenrouter.commands.sim_checks import check_sweepable, refuse_fixed_concurrency, run_limits
+from tokenrouter.commands.sim_checks import (
+    check_sweepable,
+    refuse_fixed_concurrency,
+    refuse_thresholds_above_concurrency,
+    run_limits,
+)
 from tokenrouter.errors import cli_errors
 from tokenrouter.jobs import RAY_ADDRESS_OPTION, job_runner
 from tokenrouter.kv_options import (
@@ -164,6 +169,8 @@ def simulate(
     if thresholds is not None and chosen != "tokenrouter":  # the baseline would override them unsaid
         adaptive = "adaptive tunes TokenRouter's thresholds; " if thresholds == "adaptive" else ""
         raise ConfigError("--thresholds", f"{adaptive}the {chosen} baseline sets its own thresholds")
+    if thresholds is not None and thresholds != "adaptive":
+        refuse_thresholds_above_concurrency(config)
     config = apply_kv_flags(config, KVFlags(kv_tokens, kv_blocks, kv_block_size, kv_max_seqs, spill))
     if baseline is not None:
         config = apply_baseline(config, baseline)

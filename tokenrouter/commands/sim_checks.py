@@ -22,6 +22,17 @@ def refuse_fixed_concurrency(config: Any, where: Path | None = None) -> None:
         raise ConfigError("--concurrency", f"{named}the scenario's phases set the concurrency; change them there")
 
 
+def refuse_thresholds_above_concurrency(config: Any) -> None:
+    """``--thresholds`` above a closed loop's N, refused as `tokenrouter throughput` refuses them: the policy runs
+    such a threshold as N (every request waiting), so the run would be reported under a vector it did not run."""
+    if config.workload.arrival != "closed" or any(p.concurrency is not None for p in config.phases):
+        return  # the scenario sets the concurrency: a vector may be meant for its larger phases
+    n = config.workload.concurrency
+    for i, b in enumerate(config.thresholds):
+        if b > n:
+            raise ConfigError("--thresholds", f"B_{i} = {b} must be within 1..{n} (the concurrency)")
+
+
 def check_sweepable(path: Path | None, spec: Any, config: Any, concurrency_given: bool) -> None:
     """A sweep varies TokenRouter's thresholds and the concurrency: a scenario that fixes either is refused."""
     if spec is not None and spec.baseline != "tokenrouter":
