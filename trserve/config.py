@@ -211,6 +211,9 @@ class ServeConfig(StrictSection):
             given = "batching.tables" if self.batching.tables is not None else f"batching.thresholds {thresholds!r}"
             raise ValueError(f"{given}: mode {self.mode!r} has no delayed batching, so it would do nothing")
         check_models(self.mode, self.backend, self.models)
+        if self.handoff == "readmit" and self.backend != "vllm":  # the stand-in engines keep every session
+            raise ConfigError("handoff", f"readmit re-adds requests to vLLM with prefix caching; backend "
+                              f"{self.backend!r} keeps sessions, so it would do nothing: use session")  # fmt: skip
         if self.cluster is not None:
             check_cluster(self.cluster, self.mode, self.models)
         check_memory(self.mode, self.backend, self.models, self.server.kv_admission, self.memory.policy)

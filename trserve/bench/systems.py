@@ -127,8 +127,12 @@ def system_config(
 
 
 def check_systems_fit(base: Mapping[str, Any], systems: Sequence[str]) -> None:
-    """Refuse, before any cell runs, a system that cannot run on ``base``'s memory: per-token with emulated KV
-    pools (its emulated engines keep none, so it would run as if memory were free beside the others)."""
+    """Refuse, before any cell runs, a system that cannot run as itself on ``base``: tokenrouter-readmit on stand-in
+    engines (they keep sessions), per-token with emulated KV pools (its emulated engines keep none, so it would run
+    as if memory were free beside the others)."""
+    if "tokenrouter-readmit" in systems and base.get("backend", "vllm") != "vllm":
+        raise ConfigError("systems", f"tokenrouter-readmit re-adds requests to vLLM; backend {base.get('backend')!r} "
+                          "keeps sessions, so it would measure tokenrouter again: leave it out")  # fmt: skip
     pools = [(m.get("emulated") or {}).get("kv_tokens") for m in base["models"]]
     if "per-token" in systems and base.get("backend") == "emulated" and any(pools):
         raise ConfigError("systems", "per-token keeps no KV pool on emulated engines (models[i].emulated.kv_tokens), "

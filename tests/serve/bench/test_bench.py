@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from trserve.bench.client import RequestRecord, summarize
 from trserve.bench.predict import fit_line, model_prediction, own_routing_prediction, sim_prediction
@@ -70,6 +71,24 @@ def test_per_token_with_emulated_pools_is_refused_before_any_cell_runs() -> None
     check_systems_fit(base, ["tokenrouter", "lockstep", "llm-only"])
     with pytest.raises(ConfigError, match="systems: per-token keeps no KV pool on emulated engines"):
         check_systems_fit(base, ["tokenrouter", "per-token"])
+
+
+@pytest.mark.parametrize("backend", ["emulated", "hash"])
+def test_readmit_on_stand_in_engines_is_refused_not_served_as_sessions(backend: str) -> None:
+    """Stand-in engines keep every session, so readmit would silently measure session hand-off."""
+    import yaml
+
+    from trcore.errors import ConfigError
+    from trserve.bench.systems import check_systems_fit
+
+    emulated = yaml.safe_load((ROOT / "configs/emulated-r2r-a100.yaml").read_text())
+    base = emulated if backend == "emulated" else {**DEFAULT_CONFIG, "backend": "hash"}
+    with pytest.raises(ConfigError, match=f"tokenrouter-readmit re-adds requests to vLLM; backend '{backend}'"):
+        check_systems_fit(base, ["tokenrouter", "tokenrouter-readmit"])
+    with pytest.raises(ValidationError, match=f"handoff: readmit re-adds requests to vLLM .* backend '{backend}'"):
+        ServeConfig.model_validate({**base, "handoff": "readmit"})
+    check_systems_fit(DEFAULT_CONFIG, ["tokenrouter-readmit"])  # real engines: it runs
+    assert ServeConfig.model_validate({**DEFAULT_CONFIG, "handoff": "readmit"}).handoff == "readmit"
 
 
 def test_llm_only_needs_no_operating_point_of_the_router_it_ignores() -> None:
