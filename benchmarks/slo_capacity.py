@@ -135,7 +135,7 @@ def measure_stack(url: str, args: argparse.Namespace, lengths: Lengths, targets:
         arrivals = poisson(rate, args.warmup_s + args.window_s, args.seed)
         load = eventloop.run(run_open_load(url, arrivals, work))
         verdict = judge(rate, load.tpot_s, load.ttft_s, load.e2e_s, load.num_in_flight_at_end, load.num_errors,
-                        targets)  # fmt: skip
+                        targets, window_s=args.window_s)  # fmt: skip
         rows.append({**verdict.to_dict(), "offered_rps": load.offered_rps, "num_sent": load.num_sent,
                      "throughput_tok_s": load.throughput_tok_s, "dispatch_lag_max_s": load.dispatch_lag_max_s,
                      "failures": load.failures, "load_1min": os.getloadavg()[0]})  # fmt: skip

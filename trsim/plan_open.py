@@ -115,9 +115,14 @@ def keeps_up(rate: float, finish_times_s: Iterable[float], run_s: float) -> bool
     pipeline finishes at its own pace whatever the rate, and its finished requests' latencies grow with the run
     (with an admission limit they wait in the queue), so Little's law on them alone passes any rate when no
     TTFT target catches the wait."""
-    expected = rate * run_s / 2
-    finished = sum(t >= run_s / 2 for t in finish_times_s)
-    return finished >= expected - 3 * math.sqrt(2 * expected) - 8
+    return keeps_pace(rate, sum(t >= run_s / 2 for t in finish_times_s), run_s / 2)
+
+
+def keeps_pace(rate: float, num_finished: int, span_s: float) -> bool:
+    """Whether ``num_finished`` requests in ``span_s`` seconds are about the ``rate x span_s`` that arrive in it
+    (less three standard deviations of two Poisson counts and the backlog's slack of 8)."""
+    expected = rate * span_s
+    return num_finished >= expected - 3 * math.sqrt(2 * expected) - 8
 
 
 def _ms(seconds: float | None) -> float | None:

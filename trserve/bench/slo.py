@@ -1,12 +1,14 @@
 """Latency targets on open-loop load: a verdict for one measured window, and the bisection over Poisson rates that
-finds the highest rate meeting them, in the planner's terms (``trsim.plan.max_rate`` and its ``open_run``).
+finds the highest rate meeting them, in the planner's terms (``trsim.plan_open.max_rate`` and its ``open_run``).
 
 A window meets the targets when it finished requests without errors, its TPOT p99 and TTFT p99 are within the
 targets (percentiles by linear interpolation, as the simulator's ``numpy.percentile``) and it was stable: the
 backlog at its end (arrived, not finished) is at most ``1.5 x rate x p90 end-to-end latency + 8``, Little's law
-with room, as the planner checks. The search raises a guess by half while it meets the targets, then halves the
-bracket ``steps`` times; unlike the planner's, every probe is kept, and the caller's ``measure`` may run anything
-(a real server, a simulator, a script).
+with room, and it finished about as many requests as arrived in it, as the planner checks (an overload whose
+extra arrivals wait for admission decodes the admitted ones at full speed, and their growing latencies keep
+Little's law; without a TTFT target only the count catches it). The search raises a guess by half while it meets
+the targets, then halves the bracket ``steps`` times; unlike the planner's, every probe is kept, and the caller's
+``measure`` may run anything (a real server, a simulator, a script).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from trsim.plan_open import MAX_RAISES
+from trsim.plan_open import MAX_RAISES, keeps_pace
 
 #: The planner's stability margin: backlog <= BACKLOG_FACTOR x rate x latency p90 + BACKLOG_SLACK.
 BACKLOG_FACTOR = 1.5
@@ -63,9 +65,10 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 
 def judge(rate_rps: float, tpot_s: Sequence[float], ttft_s: Sequence[float], e2e_s: Sequence[float],
-          backlog: int, num_errors: int, targets: Targets) -> Verdict:  # fmt: skip
+          backlog: int, num_errors: int, targets: Targets, window_s: float | None = None) -> Verdict:  # fmt: skip
     """The verdict on one window at ``rate_rps``: per-request TPOT, TTFT and end-to-end latency (seconds) of the
-    requests that finished in it, the backlog at its end and the errors (any error fails the window)."""
+    requests that finished in it, the backlog at its end and the errors (any error fails the window). Given the
+    window's length, it must also finish about the requests that arrive in it (``trsim.plan_open.keeps_pace``)."""
     tpot, ttft = _ms(percentile(tpot_s, 99)), _ms(percentile(ttft_s, 99))
     p90 = percentile(e2e_s, 90)
     limit = None if p90 is None else BACKLOG_FACTOR * rate_rps * p90 + BACKLOG_SLACK
@@ -76,6 +79,8 @@ def judge(rate_rps: float, tpot_s: Sequence[float], ttft_s: Sequence[float], e2e
         reasons.append("no request finished")
     elif backlog > limit:
         reasons.append(f"backlog {backlog} > {limit:.1f}")
+    if window_s is not None and not keeps_pace(rate_rps, len(e2e_s), window_s):
+        reasons.append(f"finished {len(e2e_s)} of about {rate_rps * window_s:.1f} arrivals")
     for name, value, target in (("TPOT", tpot, targets.tpot_p99_ms), ("TTFT", ttft, targets.ttft_p99_ms)):
         if target is not None and (value is None or value > target):
             reasons.append(f"{name} p99 {'none' if value is None else f'{value:.1f}'} > {target:g} ms")

@@ -18,6 +18,17 @@ def window(tpot_ms: list[float], ttft_ms: list[float], e2e_s: list[float], backl
     return judge(rate, [t / 1e3 for t in tpot_ms], [t / 1e3 for t in ttft_ms], e2e_s, backlog, errors, targets)
 
 
+def test_a_window_that_finishes_far_fewer_requests_than_arrive_fails_without_a_ttft_target():
+    """The admitted requests decode fast and Little's law holds on their latencies; only the count shows the
+    overload (60 s at 2 req/s: about 120 arrive, 40 finished)."""
+    tpot_only = Targets(tpot_p99_ms=30.0, ttft_p99_ms=None)
+    args = ([0.02] * 40, [0.1] * 40, [5.0] * 40, 10, 0, tpot_only)
+    assert judge(2.0, *args).meets  # without the window's length: passed
+    late = judge(2.0, *args, window_s=60.0)
+    assert not late.meets and late.reasons == ("finished 40 of about 120.0 arrivals",)
+    assert judge(2.0, [0.02] * 110, [0.1] * 110, [5.0] * 110, 10, 0, tpot_only, window_s=60.0).meets
+
+
 def test_percentiles_interpolate_linearly_between_ranks():
     # 11 values 0..10: p99 sits at rank 9.9, p90 at rank 9
     values = [float(x) for x in range(11)]
