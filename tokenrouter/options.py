@@ -141,3 +141,10 @@ def given(ctx: Any, name: str) -> bool:
     value does not come from the default. Commands refuse options that have no effect in the mode chosen."""
     source = ctx.get_parameter_source(name)
     return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+def at_least_one(value: int, option: str) -> int:
+    """``value`` when it is at least 1, else a one-line error naming ``option``."""
+    if value < 1:
+        raise ConfigError(option, f"must be >= 1, got {value}")
+    return value

@@ -54,6 +54,12 @@ ASSUMPTIONS = (
 WARMUP_TOKENS_PER_REQUEST = 8
 
 
+def default_thresholds(num_models: int) -> list[tuple[int, ...]]:
+    """The candidates planned unless given: all 1, the small model waiting for 2 or 4, the large one for 2."""
+    ones = (1,) * (num_models - 1)
+    return [(1, *ones), (2, *ones), (4, *ones), (*ones, 2)]
+
+
 @dataclass(frozen=True)
 class PlanConfig:
     """What to plan: ``models`` maps names to shapes (small to large, ``P``/``C`` order); the rest bounds the

@@ -10,7 +10,7 @@ from tokenrouter.cli import app
 from trserve.config import ServeConfig
 from trsim.lengths import constant
 from trsim.placement import Placement, kv_capacity_tokens, latency_models, placements
-from trsim.plan import PlanConfig, closed_loop, feasible, run_plan
+from trsim.plan import PlanConfig, closed_loop, default_thresholds, feasible, run_plan
 from trsim.plan_open import batch_caps, keeps_up, max_rate, open_run, per_pipeline
 from trsim.workload import WorkloadConfig
 
@@ -236,3 +236,15 @@ def test_an_unreachable_target_names_no_capacity(tmp_path):
     assert plan["best"]["max_rate"] is None
     assert "Poisson capacity none: no rate tried meets the latency targets" in " ".join(result.stdout.split())
     assert "│ none │" in result.stdout and "0.00" not in result.stdout
+
+
+def test_three_models_without_thresholds_plan_the_default_candidates_for_three():
+    """The default candidates follow the number of models (it was two models' '1,1;...', refused for three)."""
+    assert default_thresholds(2) == [(1, 1), (2, 1), (4, 1), (1, 2)]
+    assert default_thresholds(3) == [(1, 1, 1), (2, 1, 1), (4, 1, 1), (1, 1, 2)]
+    result = run("plan", "--hardware", "h100-sxm", "--gpus", "3", "--models", "a=Qwen3-0.6B,b=Qwen3-1.7B,c=Qwen3-4B",
+                 "--P", "0.8,0.1,0.1;0.5,0.5,0;0.5,0,0.5", "--C", "1,0,0;1,0,0;1,0,0", "--concurrency", "4",
+                 "--open-loop-top", "0", "--no-large-alone", "--workers", "1", "--json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    planned = {tuple(p["thresholds"]) for row in json.loads(result.stdout)["placements"] for p in row["points"]}
+    assert planned == set(default_thresholds(3))

@@ -78,7 +78,7 @@ def plan(
     P: str = typer.Option(None, "--P", help="Routing matrix P (rows sum to 1) [the pair's]."),
     C: str = typer.Option(None, "--C", help="Committed tokens per request-step and transition (C) [the pair's]."),
     concurrency: str = typer.Option("8,16,32,64", "--concurrency", "-N", help="Closed-loop concurrencies."),
-    thresholds: str = typer.Option("1,1;2,1;4,1;1,2", "--thresholds", help="Threshold candidates, ';'-separated."),
+    thresholds: str = typer.Option(None, "--thresholds", help="Threshold candidates, ';'-separated [1,1;2,1;4,1;1,2]."),
     context: int = typer.Option(1024, "--context", help="Context tokens per request for closed-loop steps."),
     min_gain: float = typer.Option(0.03, "--min-gain", help="Thresholds above 1 only when they gain more."),
     workload: str = typer.Option("short-reasoning", "--workload", help="Preset for the open loop."),
@@ -129,7 +129,7 @@ def plan(
         C=tuple(map(tuple, opt.parse_matrix(C, "--C"))),
         concurrencies=tuple(opt.parse_ints(concurrency, "--concurrency")),
         thresholds=tuple(_threshold_candidates(thresholds, models)),
-        context_tokens=_at_least_one(context, "--context"),
+        context_tokens=opt.at_least_one(context, "--context"),
         min_gain=min_gain,
         colocation=colocation,
         workload=workload,
@@ -237,8 +237,11 @@ def _target_ms(value: float, option: str) -> float | None:
     return value or None
 
 
-def _threshold_candidates(text: str, models: str) -> list[tuple[int, ...]]:
-    grid = opt.parse_threshold_grid(text, len(_parse_models(models)))
+def _threshold_candidates(text: str | None, models: str) -> list[tuple[int, ...]]:
+    from trsim.plan import default_thresholds
+
+    num = len(_parse_models(models))
+    grid = default_thresholds(num) if text is None else opt.parse_threshold_grid(text, num)
     if not grid:
         raise ConfigError("--thresholds", "give explicit candidates, e.g. '1,1;2,1' ('all' is too many to plan)")
     return grid
@@ -249,12 +252,6 @@ def _node_gpus(gpus: int) -> int:
     if not 1 <= gpus <= MAX_NODE_GPUS:
         raise ConfigError("--gpus", f"one node's GPUs, 1..{MAX_NODE_GPUS} (nodes are not planned together), got {gpus}")
     return gpus
-
-
-def _at_least_one(value: int, option: str) -> int:
-    if value < 1:
-        raise ConfigError(option, f"must be >= 1, got {value}")
-    return value
 
 
 def _check_inputs(cfg: Any) -> None:
