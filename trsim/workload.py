@@ -200,6 +200,9 @@ class WorkloadRunner:
         return limit is not None and self.num_started >= limit
 
     def start(self) -> None:
+        """Start the sessions or arrivals, once (a Simulation's second run stepped its spent run forever)."""
+        if self.num_started:
+            raise ConfigError("run", "a Simulation runs once: build a new one for another run")
         if self.config.arrival == "closed":
             for _ in range(self.config.concurrency):
                 self._start_session()
