@@ -31,3 +31,10 @@ def test_the_model_column_solves_the_swept_vectors_of_the_simulated_system(monke
     model = ThroughputModel([[0.65, 0.35], [1, 0]], [[1, 0], [1, 0]], [0.006, 0.0279])
     for row in rows:  # exact here (a small chain), as the model alone gives it
         assert row["model_tok_s"] == model.solve(4, row["thresholds"]).throughput_tok_s
+
+
+def test_a_negative_seed_still_sweeps(tmp_path):  # the simulator takes any seed; the model column samples with 0
+    result = CliRunner().invoke(app, ["sweep", *FLAGS, "-N", "2", "--seed", "-1", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    rows = json.loads((tmp_path / "sweep.json").read_text())["points"]
+    assert all(row["model_tok_s"] is not None for row in rows)

@@ -274,7 +274,7 @@ def _add_model(
     system's batch caps, and only the swept vectors, exact while cheap, else sampled (``auto``), so a large N
     does not solve every feasible vector's chain exactly."""
     from tokenrouter.commands.analytic import parse_latency_spec
-    from trcore.throughput import SamplingConfig, ThroughputModel
+    from trcore.throughput import ThroughputModel
     from trcore.throughput.model import clamp_to_caps
 
     p = opt.parse_matrix(P, "--P")
@@ -282,8 +282,7 @@ def _add_model(
     quantum_ms = quantum_ms or 0.1
     caps = [policy.max_batch for policy in config.policies]
     latency = parse_latency_spec(latency_ms, len(p), quantum_ms)
-    sampling = SamplingConfig(seed=config.seed)
-    model = ThroughputModel(p, c, latency, quantum_s=quantum_ms / 1000, max_batch=caps, sampling=sampling)
+    model = ThroughputModel(p, c, latency, quantum_s=quantum_ms / 1000, max_batch=caps)  # sampling: seed 0
     for n in sorted({row["concurrency"] for row in rows}):
         mine = [row for row in rows if row["concurrency"] == n]
         swept = [clamp_to_caps(row["thresholds"], model.spec.batch_caps(n)) for row in mine]
