@@ -63,7 +63,7 @@ def tally(observations: Sequence[Observation]) -> Tally:
 class ObservationBuilder:
     """Tallies one span of observations; :meth:`flush` closes it and starts the next."""
 
-    def __init__(self, num_models: int, start_s: float, num_active: int = 0) -> None:
+    def __init__(self, num_models: int, start_s: float, num_active: float = 0) -> None:
         self.num_models = num_models
         self._active = num_active
         self._reset(start_s)
@@ -88,8 +88,8 @@ class ObservationBuilder:
         self._transitions[model][destination] += 1
         self._kept[model][destination] += kept
 
-    def set_active(self, num_active: int, now: float) -> None:
-        """The active count became ``num_active`` at ``now``."""
+    def set_active(self, num_active: float, now: float) -> None:
+        """The active count became ``num_active`` at ``now`` (a pipeline's share of it with replicas)."""
         self._active_s += self._active * max(now - self._since, 0.0)
         self._active, self._since = num_active, now
 

@@ -57,6 +57,13 @@ class ReplicaTable:
         return len(self.procs)
 
     @property
+    def pipelines(self) -> int:
+        """Independent pipelines the copies make: the fewest copies of any model. With ``k`` of every model, ``N``
+        requests run as ``k`` pipelines of ``N / k`` (each replica's threshold table keys on its own share), so
+        the adaptive controller solves one pipeline at ``N / pipelines``."""
+        return min(self.replicas)
+
+    @property
     def has_replicas(self) -> bool:
         """Whether some model runs more than one copy (else no request needs pins)."""
         return len(self.procs) > len(self.replicas)

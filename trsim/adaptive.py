@@ -89,7 +89,7 @@ class AdaptiveDriving:
         else:
             trace.clear()
 
-    def set_active(self, count: int, now: float) -> None:
+    def set_active(self, count: float, now: float) -> None:
         self.builder.set_active(count, now)
 
     def _loop(self) -> Generator[simpy.Event, Any, None]:

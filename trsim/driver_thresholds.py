@@ -39,7 +39,7 @@ class ThresholdDriving:
         lowered = count < self.num_active
         self.num_active = count
         if self.adaptive is not None:
-            self.adaptive.set_active(count, self.now_s())
+            self.adaptive.set_active(count / self.table.pipelines, self.now_s())  # one pipeline's share
         pins = self._pins.get(request_id)
         if pins is None:
             for p, sub in enumerate(self.subservers):

@@ -152,3 +152,12 @@ def test_a_phase_lists_the_table_entry_in_force_not_the_threshold_it_replaced():
     sim, result = run({**scenario(phases), "models": models})
     assert [p["thresholds"] for p in result.extra["phases"]] == [[1, 1], [8, 1]]
     assert sim.thresholds_in_force() == (8, 1)
+
+
+def test_with_replicas_the_controller_solves_one_pipelines_share():
+    """Two copies of each model: 16 requests are two pipelines of 8, and the controller's window sees 8."""
+    data = scenario([{"duration_s": 6}], workload={"prompt_tokens": 16, "output_tokens": 64, "concurrency": 16})
+    config = scenario_config(Scenario.model_validate(data), adaptive=True)
+    sim = Simulation(replace(config, replicas=(2, 2)))
+    sim.run()
+    assert sim.adaptive.controller.last_estimate.concurrency == pytest.approx(8.0, rel=0.05)

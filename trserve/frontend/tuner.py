@@ -44,7 +44,9 @@ def _stderr(line: str) -> None:
 
 class Tuner:
     """The adaptive controller of one server. ``broadcast`` sends a message to every live subserver;
-    ``num_active`` reads the front end's active count; ``clock`` is the monotonic clock (seconds)."""
+    ``num_active`` reads the front end's active count; ``clock`` is the monotonic clock (seconds). With replicas
+    (``pipelines`` > 1) the window sees one pipeline's share of the active requests and the predicted throughput
+    shown is the whole server's (``pipelines`` x one pipeline's)."""
 
     def __init__(
         self,
@@ -59,10 +61,12 @@ class Tuner:
         num_active: Callable[[], int],
         clock: Callable[[], float] = time.monotonic,
         say: Callable[[str], None] = _stderr,
+        pipelines: int = 1,
     ) -> None:
         self.controller = AdaptiveController(AdaptiveConfig(**cfg.core_knobs()), thresholds, max_batch=max_batch)
         self.cfg, self.entry_model, self.names = cfg, entry_model, list(model_names)
         self.broadcast, self.num_active, self.clock, self.say = broadcast, num_active, clock, say
+        self.pipelines = pipelines
         self.started = clock()
         self.builder = ObservationBuilder(len(self.names), 0.0)
         self._tokens: deque[tuple[float, int]] = deque()  # (span end, tokens committed in it)
@@ -79,7 +83,9 @@ class Tuner:
         self.g_thresholds = Gauge("tokenrouter_adaptive_thresholds", "Threshold in force", ["model"], registry=reg)
         self.g_P = Gauge("tokenrouter_adaptive_p", "Learned routing P[src][dst]", ["src", "dst"], registry=reg)
         self.g_C = Gauge("tokenrouter_adaptive_c", "Learned kept share C[src][dst]", ["src", "dst"], registry=reg)
-        self.g_concurrency = Gauge("tokenrouter_adaptive_concurrency", "Concurrency the window saw", registry=reg)
+        self.g_concurrency = Gauge(
+            "tokenrouter_adaptive_concurrency", "Concurrency the window saw (a pipeline's)", registry=reg
+        )
         self.g_predicted = Gauge(
             "tokenrouter_adaptive_predicted_tok_s", "Model throughput of the vector in force", registry=reg
         )
@@ -103,7 +109,7 @@ class Tuner:
 
     def _record(self, report: StepReport) -> None:
         b, model = self.builder, report.model
-        b.set_active(self.num_active(), self.now())
+        b.set_active(self.num_active() / self.pipelines, self.now())
         b.record_step(model, report.batch_size, report.step_s)
         grown = {rid for rid, _, tokens in report.tokens if tokens}
         for rid, dest, _, _ in report.routes:
@@ -136,7 +142,9 @@ class Tuner:
         """Close the span and decide, solving in the solver's process if the inputs moved and the CPU budget
         allows; a switch goes to every subserver."""
         now, started = self.now(), time.thread_time()
-        self.builder.set_active(self.num_active(), now)  # the count reports last gave may be stale (idle: no reports)
+        self.builder.set_active(
+            self.num_active() / self.pipelines, now
+        )  # the count reports last gave may be stale (idle: no reports)
         self.controller.observe(self.builder.flush(now))
         self._tokens.append((now, self._span_tokens))
         self._span_tokens = 0
@@ -194,7 +202,7 @@ class Tuner:
                     self.g_C.labels(self.names[i], self.names[j]).set(est.routing.C[i][j])
         if retune is None:
             return
-        self.g_predicted.set(retune.predicted_tok_s if retune.applied else retune.current_tok_s)
+        self.g_predicted.set(self.pipelines * (retune.predicted_tok_s if retune.applied else retune.current_tok_s))
         if retune.applied:
             self.c_switches.inc()
             self._show_thresholds()

@@ -224,6 +224,7 @@ def _tuner(cfg: ServeConfig, spec: RunSpec, frontend: FrontEnd, metrics: Metrics
         registry=metrics.registry,
         broadcast=frontend.broadcast,
         num_active=lambda: frontend.num_active,
+        pipelines=spec.table.pipelines,
     )
 
 

@@ -5,6 +5,7 @@
 import asyncio
 import time
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from trserve.config import AdaptiveThresholdsConfig
@@ -204,3 +205,24 @@ def test_an_idle_span_counts_the_active_requests_the_front_end_has_now():
     spans = t.controller.window.observations
     assert [o.active_s for o in spans] == [8.0, 0.0], spans
     t.stop()
+
+
+def test_with_replicas_the_window_sees_one_pipelines_share_and_the_prediction_is_the_servers():
+    """Two copies of each model run 16 requests as two pipelines of 8, each replica's table keyed on its 8: the
+    controller solves one pipeline at 8 (it solved at 16) and shows the throughput of both."""
+    cfg = AdaptiveThresholdsConfig(window_s=5.0, min_steps=100)
+    sent, clock = [], Clock()
+    kwargs = dict(entry_model=0, max_batch=[8, 8], model_names=["small", "large"], broadcast=sent.append,
+                  clock=clock, say=lambda _: None)  # fmt: skip
+    two = Tuner(cfg, (8, 1), registry=CollectorRegistry(), num_active=lambda: 16, pipelines=2, **kwargs)
+    one = Tuner(cfg, (8, 1), registry=CollectorRegistry(), num_active=lambda: 8, **kwargs)
+    for t in (two, one):
+        feed(t)
+    clock.t = 5.0
+    retunes = [asyncio.run(t.tick()) for t in (two, one)]
+    assert retunes[0].inputs.concurrency == retunes[1].inputs.concurrency == 8
+    assert retunes[0].new == retunes[1].new
+    shown = [t.registry.get_sample_value("tokenrouter_adaptive_predicted_tok_s") for t in (two, one)]
+    assert shown[0] == pytest.approx(2 * shown[1])
+    for t in (two, one):
+        t.stop()
