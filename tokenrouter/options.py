@@ -123,8 +123,10 @@ def parse_threshold_grid(text: str, num_models: int, option: str = "--thresholds
 
 
 def check_positive(value: float | None, option: str) -> None:
-    if value is not None and not value > 0:
-        raise ConfigError(option, f"must be > 0, got {value}")
+    """``value`` (when given) is a finite number above 0, else a one-line error naming ``option`` (an infinite
+    window or step would run forever)."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise ConfigError(option, f"must be a finite number > 0, got {value}")
 
 
 def check_same_size(matrices: Sequence[Sequence[Sequence[float]]], names: Sequence[str]) -> int:

@@ -196,3 +196,12 @@ def test_the_large_model_alone_runs_a_scenario_whose_phases_route(tmp_path):
 def test_an_open_loop_reports_no_concurrency(tmp_path):
     path = scenario(tmp_path, "workload: {arrival: poisson, rate_per_s: 5, num_sessions: 6}\n")
     assert json.loads(run("simulate", "--scenario", path, "--json").stdout)["concurrency"] is None
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [(["crossval", "--measure-s", "inf"], "--measure-s"), (["crossval", "--sim-s", "nan"], "--sim-s"),
+     (["bench", "--drift-tolerance", "inf"], "--drift-tolerance")],
+)  # fmt: skip
+def test_an_infinite_window_or_step_is_refused_not_run_forever(args, option):
+    refused(run(*args), f"{option}: must be a finite number > 0")
