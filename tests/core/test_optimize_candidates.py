@@ -20,3 +20,8 @@ def test_integer_candidates_are_solved_as_given():
     result = MODEL.optimize(4, candidates=[(1, 2), (2, 1)])
     assert [c.thresholds for c in result.candidates] == [(1, 1), (1, 2), (2, 1)]
     assert result.candidates[1] == MODEL.solve(4, (1, 2))
+
+
+def test_workers_with_the_sampled_method_are_refused_not_left_idle():
+    with pytest.raises(ConfigError, match="workers: solve exact candidates in parallel; method 'sampled'"):
+        MODEL.optimize(4, workers=2, method="sampled")

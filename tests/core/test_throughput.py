@@ -96,7 +96,7 @@ def test_bad_model_input_names_the_field(kwargs, field):
 
 def test_too_many_states_is_an_error_not_a_runaway():
     model = ThroughputModel(R2R_P, R2R_C, [0.006, 0.0279], max_states=1000)
-    with pytest.raises(ConfigError, match="more than 1000 states") as info:
+    with pytest.raises(ConfigError, match="more than 1000 states: use method 'sampled'") as info:
         model.optimize(16)
     assert info.value.field == "concurrency"
 

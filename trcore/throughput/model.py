@@ -129,6 +129,8 @@ class ThroughputModel:
         _check_method(method)
         if workers < 1:
             raise ConfigError("workers", f"must be >= 1, got {workers}")
+        if workers > 1 and method == "sampled":  # it would run in one process, the workers unused
+            raise ConfigError("workers", "solve exact candidates in parallel; method 'sampled' runs in one process")
         if not 0.0 <= min_gain < 1.0:
             raise ConfigError("min_gain", f"must be in [0, 1), got {min_gain}")
         check_feasible([1] * self.num_models, num_requests)

@@ -113,8 +113,8 @@ def explore(spec: ChainSpec, num_requests: int, rule: LaunchRule, max_states: in
         if first_state + len(frontier) > max_states:
             raise ConfigError(
                 "concurrency",
-                f"{num_requests} requests give more than {max_states} states: use fewer requests, a coarser "
-                "quantum or smaller max batches",
+                f"{num_requests} requests give more than {max_states} states: use method 'sampled' (or 'auto'), "
+                "fewer requests, a coarser quantum or smaller max batches",
             )
 
     def cat(name: str) -> Any:
