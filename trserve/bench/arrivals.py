@@ -99,7 +99,8 @@ def _json(text: str, where: str) -> Any:
 
 
 def _seconds(value: Any, where: str) -> float:
-    if isinstance(value, bool):  # JSON true is no time (float(True) would read it as 1 s)
+    # JSON true is no time (float(True) would read it as 1 s), nor is "1_0" (float reads Python's digit groups: 10 s)
+    if isinstance(value, bool) or (isinstance(value, str) and "_" in value):
         raise ConfigError("--arrivals", f"{where}: expected seconds, got {value!r}")
     try:
         t = float(value)

@@ -53,6 +53,7 @@ def test_a_trace_reads_lines_json_and_json_lines(tmp_path):
      ("-1\n", "a.txt:1: times must be >= 0"), ("# none\n", "holds no arrival times"),
      ('{"t": 1}\n', "a.txt:1: a JSON line needs an arrival_s field"),
      ('{"arrival_s": true}\n', "a.txt:1: expected seconds, got True"),
+     ("0\n1_0\n", "a.txt:2: expected seconds, got '1_0'"), ('{"arrival_s": "2_5"}\n', "a.txt:1: expected seconds"),
      ("0\nnan\n", "a.txt:2: times must be finite, got 'nan'"), ("[0, NaN]", r"a.txt\[1\]: times must be finite")],
 )  # fmt: skip
 def test_a_bad_trace_names_file_and_line(tmp_path, text, message):
