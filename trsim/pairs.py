@@ -190,9 +190,12 @@ def _check_files(spec: PairSpec, path: Path) -> None:
             raise ConfigError(str(path), f"models.{i}.shape: no shape {model.shape!r} in {SHAPES_DIR}")
         if model.shape is not None:
             try:
-                load_shape(model.shape, SHAPES_DIR)
+                vocab = load_shape(model.shape, SHAPES_DIR)["vocab_size"]
             except ConfigError as exc:  # the shape file's own problem, blamed on it and on the field naming it
                 raise ConfigError(str(path), f"models.{i}.shape: {exc}") from None
+            if spec.tokenizer.vocab_size > vocab:  # a token id the model has no embedding for
+                raise ConfigError(str(path), f"tokenizer.vocab_size: {spec.tokenizer.vocab_size} ids, but models.{i}'s "
+                                  f"shape {model.shape!r} embeds {vocab}")  # fmt: skip
     root = repo_root()  # profiles are calibration folders of a checkout: an installed package has none to check
     for tag, rel in spec.profiles.items() if root is not None else ():
         if not (root / rel).is_dir():

@@ -198,3 +198,13 @@ def test_a_refusal_shows_the_whole_tokenizer_name_of_each_side(models_dir: Path)
         check_pair(ServeConfig.model_validate(data), [])
     assert "(tokenizer name:meta-llama/Llama-3.1-70B, vocab" in str(err.value)
     assert "(tokenizer name:meta-llama/Llama-3.2-1B, vocab" in str(err.value)
+
+
+def test_a_tokenizer_with_more_ids_than_a_models_embedding_is_refused(models_dir: Path) -> None:
+    """pair.yaml's tokenizer.vocab_size was never compared with the shapes': a token id past a model's embedding."""
+    shape = models_dir / "shapes" / "Mine-Small.json"
+    shape.write_text(json.dumps({**json.loads(shape.read_text()), "vocab_size": 32000}))
+    with pytest.raises(
+        ConfigError, match=r"tokenizer\.vocab_size: 151936 ids, but models\.0's shape 'Mine-Small' embeds 32000"
+    ):
+        load_pair("my-pair")
