@@ -34,7 +34,7 @@ import yaml
 
 from trserve import eventloop
 from trserve.bench.client import Workload, metric_delta, run_load
-from trserve.bench.kv_grid import ROUTINGS, GridCell, cells_for, serve_config, sim_config
+from trserve.bench.kv_grid import GridCell, cells_for, serve_config, sim_config
 from trserve.bench.requests import Lengths
 from trserve.crossval.stack import load_stack
 from trserve.runtime.reports import memory_fields
@@ -46,7 +46,6 @@ from trsim.profile import load_profile
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kv_emulated_stack import replay_sent, with_stack_costs
 
-MODELS = ("small", "large")
 SAMPLE_S = 0.25
 #: The per-model state fields averaged over the window's samples (``trserve.runtime.reports.loop_state``).
 STATE_FIELDS = ("num_resident", "num_ready", "blocks_used", "blocks_parked", "waiting_admission")
@@ -58,14 +57,15 @@ def mean_state(samples: list[dict[str, dict[str, float]]]) -> dict[str, dict[str
     return {m: {f: statistics.mean(s[m][f] for s in samples if m in s) for f in STATE_FIELDS} for m in models}
 
 
-async def sample_states(url: str, start_s: float, end_s: float) -> list[dict[str, dict[str, float]]]:
-    """``/debug/state`` every :data:`SAMPLE_S` from ``start_s`` to ``end_s`` (``time.perf_counter``)."""
+async def sample_states(url: str, names: list[str], start_s: float, end_s: float) -> list[dict[str, dict[str, float]]]:
+    """``/debug/state`` every :data:`SAMPLE_S` from ``start_s`` to ``end_s`` (``time.perf_counter``); model ``i`` is
+    called ``names[i]``."""
     samples = []
     async with httpx.AsyncClient(base_url=url, timeout=10.0) as client:
         await asyncio.sleep(max(0.0, start_s - time.perf_counter()))
         while time.perf_counter() < end_s:
             workers = (await client.get("/debug/state")).json()["workers"]
-            samples.append({MODELS[w["model"]]: {**w.get("memory", {}), "num_resident": w["num_resident"],
+            samples.append({names[w["model"]]: {**w.get("memory", {}), "num_resident": w["num_resident"],
                                                  "num_ready": w["num_ready"]} for w in workers})  # fmt: skip
             await asyncio.sleep(SAMPLE_S)
     return samples
@@ -97,7 +97,7 @@ def find_cell(key: str, lengths: Lengths, profiles: Path) -> GridCell:
     return cells[0]
 
 
-def per_model(after: str, before: str) -> dict[str, dict[str, float]]:
+def per_model(after: str, before: str, names: list[str]) -> dict[str, dict[str, float]]:
     """Per model over the window: steps, mean batch, mean step and host gap (ms), hand-off messages received, their
     mean transit (ms) and the share that missed a launch."""
 
@@ -115,28 +115,29 @@ def per_model(after: str, before: str) -> dict[str, dict[str, float]]:
                 "handoffs_received": received.get(m, 0.0),
                 "transit_ms": 1000 * transit.get(m, 0.0) / max(1.0, received.get(m, 0.0)),
                 "late_share": late.get(m, 0.0) / max(1.0, received.get(m, 0.0))}
-            for m in MODELS if m in steps}  # fmt: skip
+            for m in names if m in steps}  # fmt: skip
 
 
 def measure(cell: GridCell, args: argparse.Namespace, lengths: Lengths, tmp: Path) -> dict[str, Any]:
-    profiles = {n: Path(args.profiles) / f"{n}.json" for n in MODELS}
+    profiles = {n: Path(args.profiles) / f"{n}.json" for n in ("small", "large")}
     path = tmp / "cell.yaml"
     path.write_text(yaml.safe_dump(serve_config(cell, profiles, max(64, cell.concurrency))))
-    routing = (ROUTINGS[cell.routing]["P"], ROUTINGS[cell.routing]["C"])
-    work = Workload(warmup_s=args.warmup_s, window_s=args.window_s, lengths=lengths, routing=routing,
+    work = Workload(warmup_s=args.warmup_s, window_s=args.window_s, lengths=lengths, routing=cell.client_routing,
                     first_gap_s=args.first_gap_ms / 1000)  # fmt: skip
     process = ServerProcess(path)
     process.start(timeout_s=300)
     start = time.perf_counter()
-    sampling = sample_states(process.url, start + args.warmup_s, start + args.warmup_s + args.window_s)
+    sampling = sample_states(
+        process.url, cell.model_names, start + args.warmup_s, start + args.warmup_s + args.window_s
+    )
     try:
         load, samples = eventloop.run(gather(run_load(process.url, cell.concurrency, work), sampling))
     finally:
         process.stop()
     return {"tok_s": load.throughput_tok_s, "window_s": load.window_s, "finished": load.num_finished,
             "failed": load.num_failed, "ttft_p50_s": median(load.ttft_s), "e2e_p50_s": median(load.e2e_s),
-            "models": per_model(load.metrics_after, load.metrics_before), "state": mean_state(samples),
-            "num_samples": len(samples)}  # fmt: skip
+            "models": per_model(load.metrics_after, load.metrics_before, cell.model_names),
+            "state": mean_state(samples), "num_samples": len(samples)}  # fmt: skip
 
 
 async def gather(*aws: Any) -> Any:
@@ -149,16 +150,16 @@ def simulate_twin(
     """The window twin's figures over the window alone, the N first requests arriving in seeded ``order``: the
     simulator counts steps from its start, so the run to the window's end less the same (seeded) run to the warm-up's
     end."""
-    profiles = {n: Path(args.profiles) / f"{n}.json" for n in MODELS}
+    profiles = {n: Path(args.profiles) / f"{n}.json" for n in ("small", "large")}
     config = with_stack_costs(sim_config(cell, profiles, lengths), load_stack(Path(args.stack), 2), cell)
     config = replay_sent(config, cell, lengths, order)
     warm = Simulation(config).run(time_s=args.warmup_s)
     sim = Simulation(config)
     samples: list[dict[str, dict[str, float]]] = []
-    sim.env.process(sample_core(sim, args.warmup_s, samples))
+    sim.env.process(sample_core(sim, cell.model_names, args.warmup_s, samples))
     full = sim.run(time_s=args.warmup_s + window_s, warmup_s=args.warmup_s)
     models = {}
-    for name, w, f in zip(MODELS, warm.models, full.models, strict=False):
+    for name, w, f in zip(cell.model_names, warm.models, full.models, strict=False):
         steps, request_steps = f.steps - w.steps, f.request_steps - w.request_steps
         busy_s = f.busy_fraction * (args.warmup_s + window_s) - w.busy_fraction * args.warmup_s
         models[name] = {"steps": steps, "mean_batch": request_steps / max(1, steps),
@@ -175,11 +176,11 @@ def twins(cell: GridCell, args: argparse.Namespace, lengths: Lengths, runs: list
     return {"mean_tok_s": statistics.mean(t["tok_s"] for t in each), "orders": each}
 
 
-def sample_core(sim: Simulation, start_s: float, samples: list[dict[str, dict[str, float]]]) -> Any:
+def sample_core(sim: Simulation, names: list[str], start_s: float, samples: list[dict[str, dict[str, float]]]) -> Any:
     """A SimPy process: the twin's cores read as ``/debug/state`` reads the server's, every :data:`SAMPLE_S`."""
     yield sim.env.timeout(to_ticks(start_s))
     while True:
-        cores = zip(MODELS, sim.subservers, strict=False)
+        cores = zip(names, sim.subservers, strict=False)
         samples.append({name: {**memory_fields(sub.memory), "num_resident": len(sub.requests),
                                "num_ready": sub.num_ready} for name, sub in cores})  # fmt: skip
         yield sim.env.timeout(to_ticks(SAMPLE_S))

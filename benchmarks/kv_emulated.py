@@ -51,8 +51,7 @@ def run_cell(
     config = serve_config(cell, profiles, max(64, cell.concurrency))
     config["server"].update(server or {})
     path.write_text(yaml.safe_dump(config))
-    routing = None if cell.system == "llm-only" else (ROUTINGS[cell.routing]["P"], ROUTINGS[cell.routing]["C"])
-    work = Workload(warmup_s=args.warmup_s, window_s=args.window_s, lengths=lengths, routing=routing,
+    work = Workload(warmup_s=args.warmup_s, window_s=args.window_s, lengths=lengths, routing=cell.client_routing,
                     record_text=True)  # fmt: skip
     process = ServerProcess(path)
     process.start(timeout_s=300)

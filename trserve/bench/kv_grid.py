@@ -52,6 +52,16 @@ class GridCell:
     def policy(self) -> str:
         return "cost" if self.system == "llm-only" else self.system
 
+    @property
+    def model_names(self) -> list[str]:
+        """The models this cell serves, small to large (``llm-only``: the large model alone)."""
+        return ["large"] if self.system == "llm-only" else ["small", "large"]
+
+    @property
+    def client_routing(self) -> tuple[Any, Any] | None:
+        """The (P, C) the bench's clients walk for each request's schedule; None for ``llm-only`` (one model)."""
+        return None if self.system == "llm-only" else (ROUTINGS[self.routing]["P"], ROUTINGS[self.routing]["C"])
+
 
 def footprint_tokens(lengths: Lengths) -> float:
     """A request's mean KV over its life: mean prompt + mean output / 2."""
@@ -89,7 +99,7 @@ def serve_config(cell: GridCell, profiles: dict[str, Path], max_active: int) -> 
         return {"name": name, "block_size": BLOCK_SIZE, "max_num_seqs": MAX_NUM_SEQS, "max_model_len": 4096,
                 "emulated": {"profile": str(profiles[name]), "kv_tokens": cell.kv_tokens}}  # fmt: skip
 
-    names = ["large"] if cell.system == "llm-only" else ["small", "large"]
+    names = cell.model_names
     router = {"program": "markov", "params": {"P": [[1.0]], "seed": 0}} if cell.system == "llm-only" else {
         "program": "schedule", "params": {}}  # fmt: skip
     return {
@@ -105,7 +115,7 @@ def sim_config(cell: GridCell, profiles: dict[str, Path], lengths: Lengths, seed
     the lengths' distributions, closed loop at N, the same pool and policy."""
     prompt, output = lengths.dists
     workload = WorkloadConfig(prompt_tokens=prompt, output_tokens=output)
-    names = ["large"] if cell.system == "llm-only" else ["small", "large"]
+    names = cell.model_names
     latency = [latency_from_profile(load_profile(profiles[n])) for n in names]
     P, C = (
         ([[1.0]], [[1.0]]) if cell.system == "llm-only" else (ROUTINGS[cell.routing]["P"], ROUTINGS[cell.routing]["C"])

@@ -58,6 +58,9 @@ def test_every_cell_is_a_valid_serve_config_and_a_simulator_twin_with_the_same_p
     cfg = ServeConfig.model_validate(serve_config(cell, PROFILES, 64))
     assert cfg.memory.policy == cell.policy and all(m.emulated and m.emulated.kv_tokens == 1024 for m in cfg.models)
     assert len(cfg.models) == (1 if system == "llm-only" else 2)
+    assert cell.model_names == [m.name for m in cfg.models]  # what the cell's tools call each model's figures
+    # the clients walk the routing's chain for each request's schedule; the large model alone has no choice to make
+    assert cell.client_routing == (None if system == "llm-only" else (ROUTINGS["r2r"]["P"], ROUTINGS["r2r"]["C"]))
     twin = sim_config(cell, PROFILES, LENGTHS)
     assert twin.kv is not None and twin.kv.spill == cell.policy
     assert all(b.num_blocks == 64 and b.block_size == 16 for b in twin.kv.budgets)
