@@ -168,7 +168,7 @@ def _admit(
     except Unavailable as exc:
         headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s else None
         raise APIError(503, str(exc), "service_unavailable", headers=headers) from None
-    return gen, TextStream(ctx.tokenizer, body.stop_strings, min_tokens=body.min_tokens)
+    return gen, TextStream(ctx.tokenizer, body.stop_strings, body.min_tokens, spec.stop_token_ids)
 
 
 async def _generate(

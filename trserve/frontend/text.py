@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from trserve.engine.tokenizer import Tokenizer
 
@@ -17,7 +17,9 @@ class TextStream:
     until the next tokens decide it; :meth:`finish` releases what is left. As in vLLM, a stop string counts only
     where it ends past the text of the first ``min_tokens`` tokens. :attr:`token_ids` are the output tokens of
     the answer: when a stop string ends it, the tokens after the one that completed the stop string are dropped
-    (their text is cut).
+    (their text is cut). A token of ``stop_token_ids`` past the first ``min_tokens`` ends the request (the core
+    finishes it there): as vLLM's detokenizer does, it stays in :attr:`token_ids` (and the usage) but its text is
+    not part of the answer, nor searched for stop strings.
 
     Decoding is incremental (as vLLM's ``detokenize_incrementally``): each push decodes only a window of the
     last tokens, from ``_prefix`` (tokens decoded before, kept so that decoders whose output depends on the
@@ -27,10 +29,14 @@ class TextStream:
     tests/serve/frontend/test_text.py); a decoder whose window text does not extend its head falls back to a
     full decode."""
 
-    def __init__(self, tokenizer: Tokenizer, stop: Sequence[str] = (), min_tokens: int = 0) -> None:
+    def __init__(
+        self, tokenizer: Tokenizer, stop: Sequence[str] = (), min_tokens: int = 0, stop_token_ids: Collection[int] = ()
+    ) -> None:
         self.tokenizer = tokenizer
         self.stop = [s for s in stop if s]
         self.min_tokens = min_tokens
+        self.stop_token_ids = frozenset(stop_token_ids)
+        self._ended = False  # a stop token came: nothing follows it
         self.token_ids: list[int] = []
         self.text = ""
         self.num_emitted = 0
@@ -45,8 +51,24 @@ class TextStream:
 
     def push(self, token_ids: Sequence[int]) -> str:
         """Add tokens; returns the text that is now certain. Sets :attr:`is_stopped` when a stop string hit."""
-        if self.is_stopped:
+        if self.is_stopped or self._ended:
             return ""
+        end = self._stop_token_end(token_ids)
+        delta = self._push_text(token_ids[:end]) if end else ""
+        if end < len(token_ids) and not self.is_stopped:
+            self.token_ids.append(token_ids[end])  # the stop token: counted, its text left out (as vLLM)
+            self._ended = True
+        return delta
+
+    def _stop_token_end(self, token_ids: Sequence[int]) -> int:
+        """Where the first token that ends the request (a stop token past ``min_tokens``) is in ``token_ids``, or
+        their length if none does."""
+        for k, token in enumerate(token_ids):
+            if token in self.stop_token_ids and len(self.token_ids) + k >= self.min_tokens:
+                return k
+        return len(token_ids)
+
+    def _push_text(self, token_ids: Sequence[int]) -> str:
         self.token_ids.extend(token_ids)
         text = self._decode()
         if self._floor is None and len(self.token_ids) >= self.min_tokens:

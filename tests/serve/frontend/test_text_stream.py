@@ -64,3 +64,21 @@ def test_stop_strings_that_end_within_min_tokens_do_not_cut() -> None:
     for chunk in (1, 3, len(ids)):
         text, kept = run(["quick", "dog"], chunk, min_tokens=late)
         assert text == TEXT[: TEXT.index("dog")] and kept == ids[: completing_token("dog")], chunk
+
+
+def test_a_stop_token_ends_the_answer_without_its_text_but_is_counted() -> None:
+    # vLLM's detokenizer leaves the token that stop-terminated a request out of the text (it stays in the token
+    # ids and the usage); the stream used to keep its text (stop_token_ids=[" lazy"] answered "... over the lazy")
+    ids = tokenizer().encode(TEXT)
+    k = completing_token("lazy")
+    stop_id = ids[k - 1]
+    assert stop_id not in ids[: k - 1]
+    for chunk in (1, 3, len(ids)):
+        stream = TextStream(tokenizer(), stop_token_ids=[stop_id])
+        pieces = [stream.push(ids[i : i + chunk]) for i in range(0, k, chunk)]
+        text = "".join(pieces) + stream.finish()
+        assert text == tokenizer().decode(ids[: k - 1]) and stream.token_ids == ids[:k], chunk
+    # before min_tokens a stop token is text like any other (the core does not end the request on it)
+    stream = TextStream(tokenizer(), min_tokens=k, stop_token_ids=[stop_id])
+    text = stream.push(ids[: k + 1]) + stream.finish()
+    assert text == tokenizer().decode(ids[: k + 1]) and stream.token_ids == ids[: k + 1]
