@@ -126,6 +126,8 @@ def _install_error_handlers(app: FastAPI) -> None:
             loc.pop()
         if first.get("type") == "json_invalid":
             return error_response(400, f"malformed JSON body: {first.get('msg')}")
+        if not loc and (first.get("type") == "missing" or isinstance(first.get("input"), bytes)):
+            return error_response(400, _no_json_object(request.headers.get("content-type")))  # none, or not read
         param = ".".join(loc) or None
         return error_response(400, f"{param or 'body'}: {_reason(first)}", param=param)
 
@@ -144,6 +146,16 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 def _is_type_name(part: str) -> bool:
     return "[" in part or part in {"str", "int", "float", "bool", "dict", "list", "none"}
+
+
+def _no_json_object(content_type: str | None) -> str:
+    """Why FastAPI found no JSON object in a body: none was sent (or ``null``), or its Content-Type is not JSON
+    (curl's ``-d`` sends form data), so FastAPI passed it on as bytes, which pydantic would call "not a valid
+    dictionary" however good the JSON."""
+    media = (content_type or "").split(";")[0].strip().lower()
+    if not media or media == "application/json" or media.endswith("+json"):
+        return "the request body is empty (or null): send a JSON object"
+    return f"the body must be JSON sent with Content-Type: application/json (got {content_type!r})"
 
 
 def _reason(error: Any) -> str:
