@@ -213,9 +213,11 @@ class ChatMessage(BaseModel):
         return value
 
     def text(self) -> str:
+        """The content as the chat template gets it: text parts joined by newlines, as vLLM joins them for a
+        template that takes string content (joined by nothing, ``["Translate:", "Bonjour"]`` fused the words)."""
         if isinstance(self.content, str):
             return self.content
-        return "".join(part["text"] for part in self.content)
+        return "\n".join(part["text"] for part in self.content)
 
 
 class ChatCompletionRequest(SamplingFields):

@@ -66,3 +66,14 @@ def test_a_list_of_one_prompt_is_that_prompt() -> None:
     for many in ([[5], [6]], ["a", "b"]):
         with pytest.raises(ValidationError, match="exactly one prompt"):
             completion(prompt=many)
+
+
+def test_text_parts_are_joined_by_newlines_as_vllm_joins_them() -> None:
+    # vLLM (renderers/chat_utils.py) joins a message's text parts with "\n" for a template of string content,
+    # as the local pair's; joined by nothing, "Translate:" and "Bonjour" reached the model as "Translate:Bonjour"
+    parts = [{"type": "text", "text": "Translate:"}, {"type": "text", "text": "Bonjour"}]
+    body = ChatCompletionRequest.model_validate(
+        {"model": "tokenrouter", "messages": [{"role": "user", "content": parts}]}
+    )
+    assert body.messages[0].text() == "Translate:\nBonjour"
+    assert chat().messages[0].text() == "hi"  # string content is as sent
