@@ -177,8 +177,11 @@ def scenario_config(scenario: Scenario, base_dir: str | Path = ".", *, adaptive:
         raise ConfigError(
             "baseline", f"adaptive tunes TokenRouter's thresholds; the {scenario.baseline} baseline has its own"
         )
-    if config.workload.arrival != "closed" and any(p.concurrency is not None for p in config.phases):
-        raise ConfigError("phases", f"a {config.workload.arrival} workload has no concurrency for a phase to set")
+    setting = [k for k, p in enumerate(config.phases) if p.concurrency is not None]
+    if config.workload.arrival != "closed" and setting:  # named as the file says: a day or a phase
+        day = scenario.diurnal is not None
+        where, what = ("diurnal.concurrency", "the day") if day else (f"phases[{setting[0]}].concurrency", "a phase")
+        raise ConfigError(where, f"a {config.workload.arrival} workload has no concurrency for {what} to set")
     return apply_baseline(config, scenario.baseline)
 
 

@@ -89,3 +89,21 @@ def test_a_bad_day_is_refused_naming_what_the_file_says(router, program, field):
     with pytest.raises(ConfigError) as error:
         scenario_config(Scenario.model_validate(data))
     assert error.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("section", "field"),
+    [({"diurnal": {"period_s": 12, "steps": 4, "concurrency": {"low": 2, "high": 8}}}, "diurnal.concurrency"),
+     ({"phases": [{"duration_s": 3}, {"duration_s": 3, "concurrency": 4}]}, "phases[1].concurrency")],
+)  # fmt: skip
+def test_a_concurrency_an_open_loop_cannot_take_is_refused_naming_what_the_file_says(section, field):
+    """An open loop has no concurrency to set: the refusal names the day's or the phase's key the file has."""
+    from trcore import ConfigError
+
+    data = {**scenario([]), **section}
+    data["workload"] = {"arrival": "poisson", "rate_per_s": 5.0, "output_tokens": 64}
+    if "diurnal" in section:
+        data.pop("phases")
+    with pytest.raises(ConfigError) as error:
+        scenario_config(Scenario.model_validate(data))
+    assert error.value.field == field
