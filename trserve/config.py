@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from trcore.adaptive_config import AdaptiveConfig
 from trcore.errors import ConfigError
@@ -120,6 +120,12 @@ class MemoryConfig(StrictSection):
     fit, as before)."""
 
     policy: Literal["cost", "lru", "admission-limit", "off"] = "cost"
+
+    @field_validator("policy", mode="before")
+    @classmethod
+    def _bare_off(cls, value: object) -> object:
+        """YAML reads a bare ``policy: off`` (the documented spelling) as false: that is the ``off`` policy."""
+        return "off" if value is False else value
 
 
 class RestartConfig(StrictSection):

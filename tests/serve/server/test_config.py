@@ -237,6 +237,19 @@ def test_the_default_memory_policy_stays_accepted_where_it_does_nothing():
         assert make(**changes, memory={"policy": "cost"}).memory.policy == "cost"
 
 
+def test_a_bare_yaml_off_is_the_off_memory_policy(tmp_path):
+    """docs/serving.md spells it `memory.policy: off`; YAML reads a bare off as false, which was refused with a
+    message listing 'off' itself. A printed config quotes it, and loads back the same."""
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"models": TWO}) + "memory:\n  policy: off\n")
+    cfg = load_config(path)
+    assert cfg.memory.policy == "off"
+    path.write_text(dump_config(cfg))
+    assert load_config(path) == cfg
+    with pytest.raises(ValidationError, match=r"memory\.policy"):
+        make(memory={"policy": True})  # a bare on is no policy
+
+
 @pytest.mark.parametrize(
     ("model", "field"),
     [({"emulated": {"latency_ms": 5.0, "kv_tokens": 10**30}}, "emulated.kv_tokens"),
