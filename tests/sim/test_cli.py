@@ -176,3 +176,20 @@ def test_bad_roofline_spec_is_one_line():
     result = run("simulate", "--latency-ms", "roofline:a100-80g:nope,6", "--tokens", "100")
     assert result.exit_code == 2 and "unknown shape 'nope'" in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_sweep_of_a_phased_scenario_states_no_token_count_it_did_not_apply(tmp_path):
+    """Without --tokens a phased scenario runs to its last phase: the JSON said tokens_per_run 50000 beside runs of
+    345,689 tokens (adaptive-phases). With --tokens the count applies to every run and is stated."""
+    import yaml
+
+    from tests.sim.test_adaptive_sim import scenario
+
+    path = tmp_path / "phased.yaml"
+    path.write_text(yaml.safe_dump(scenario([{"duration_s": 2.0}, {"duration_s": 2.0, "concurrency": 4}])))
+    for tokens, stated in ((None, None), (500, 500)):
+        extra = ("--tokens", tokens) if tokens else ()
+        result = run("sweep", "--scenario", path, "--thresholds", "1,1", "--jobs", "1", "--out", tmp_path, *extra)
+        assert result.exit_code == 0, result.output
+        out = json.loads((tmp_path / "sweep.json").read_text())
+        assert out["tokens_per_run"] == stated and out["points"][0]["cut_short"] == (tokens is not None)

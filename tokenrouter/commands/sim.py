@@ -257,7 +257,9 @@ def sweep(
         flags = opt.pair_defaults(opt.ANALYTIC_PAIR if pair is None else pair, P, C, latency_ms)
         _add_model(rows, configs["flags"], *flags, quantum_ms)
     out.mkdir(parents=True, exist_ok=True)
-    per_run = tokens if tokens is not None else DEFAULT_TOKENS  # a row with cut_short ran phases (to its last)
+    # Without --tokens a scenario with phases runs to its last phase: no one count applies to every run.
+    phased = any(config.phases for config in configs.values())
+    per_run = tokens if tokens is not None else None if phased else DEFAULT_TOKENS
     result = {"points": rows, "tokens_per_run": per_run, "runner": runner.describe()}
     (out / "sweep.json").write_text(json.dumps(result, indent=1) + "\n")
     plot_sweep(rows, out / "sweep.png")
