@@ -97,7 +97,7 @@ def admit(
     max_tokens = check_context(limits, len(ids), max_tokens, fields)
     if asked is None and kv_capacity is not None and len(ids) < kv_capacity:
         max_tokens = min(max_tokens, kv_capacity - len(ids))  # "the room left": in the context and the KV cache
-    check_kv(kv_capacity, len(ids), max_tokens, fields)
+    check_kv(kv_capacity, len(ids), max_tokens if asked is not None else None, fields)
     check_token_ids("stop_token_ids", body.stop_token_ids or (), limits.vocab_size)
     check_token_ids("logit_bias", list(body.logit_bias_ids), limits.vocab_size)
     if body.top_k is not None and body.top_k > limits.vocab_size:
@@ -145,15 +145,19 @@ def check_context(limits: Limits, num_prompt: int, max_tokens: int | None, field
     return max_tokens
 
 
-def check_kv(kv_capacity: int | None, num_prompt: int, max_tokens: int, fields: tuple[str, str]) -> None:
-    """A request whose whole sequence cannot fit the smallest KV cache could never run; refuse it now."""
-    if kv_capacity is not None and num_prompt + max_tokens > kv_capacity:
-        raise Refused(
-            fields[1] if num_prompt < kv_capacity else fields[0],
-            f"prompt ({num_prompt} tokens) + {fields[1]} ({max_tokens}) exceeds the KV cache of {kv_capacity} "
-            "tokens (the smallest of the models a request may visit); lower max_tokens or give the models more KV "
-            "cache (kv_cache_gib; emulated.kv_tokens on emulated engines)",
-        )
+def check_kv(kv_capacity: int | None, num_prompt: int, max_tokens: int | None, fields: tuple[str, str]) -> None:
+    """A request whose whole sequence cannot fit the smallest KV cache could never run; refuse it now.
+    ``max_tokens`` None: the request gave none, so the room left in the cache is its output."""
+    if kv_capacity is None or num_prompt + (1 if max_tokens is None else max_tokens) <= kv_capacity:
+        return
+    asked = "no room for output" if max_tokens is None else f"{fields[1]} ({max_tokens})"
+    lower = f"shorten the {fields[0]}" if max_tokens is None else "lower max_tokens"
+    raise Refused(
+        fields[1] if max_tokens is not None and num_prompt < kv_capacity else fields[0],
+        f"prompt ({num_prompt} tokens) + {asked} exceeds the KV cache of {kv_capacity} tokens (the smallest of "
+        f"the models a request may visit); {lower} or give the models more KV cache (kv_cache_gib; "
+        "emulated.kv_tokens on emulated engines)",
+    )
 
 
 def check_extras(body: SamplingFields) -> None:

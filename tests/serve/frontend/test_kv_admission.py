@@ -44,3 +44,12 @@ def test_without_max_tokens_the_room_left_is_the_smaller_of_the_context_and_the_
     with pytest.raises(Refused) as refused:  # a prompt that fills the cache leaves no room at all
         admit(LIMITS, plain, [5] * 512, None, chat=False, kv_capacity=512)
     assert refused.value.param == "prompt"
+
+
+def test_a_prompt_that_fills_the_cache_without_max_tokens_says_no_room_not_a_max_tokens_never_given():
+    plain = CompletionRequest(model="tokenrouter", prompt=[5] * 600)
+    with pytest.raises(Refused) as refused:
+        admit(LIMITS, plain, [5] * 600, None, chat=True, kv_capacity=512)
+    assert refused.value.param == "messages"
+    assert "prompt (600 tokens) + no room for output exceeds the KV cache of 512 tokens" in refused.value.message
+    assert "max_tokens" not in refused.value.message and "shorten the messages" in refused.value.message
