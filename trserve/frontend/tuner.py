@@ -110,7 +110,8 @@ class Tuner:
     def _record(self, report: StepReport) -> None:
         b, model = self.builder, report.model
         b.set_active(self.num_active() / self.pipelines, self.now())
-        b.record_step(model, report.batch_size, report.step_s)
+        if report.batch_size and report.step_s > 0:  # not a report of requests failed without a step (0 s)
+            b.record_step(model, report.batch_size, report.step_s)
         grown = {rid for rid, _, tokens in report.tokens if tokens}
         for rid, dest, _, _ in report.routes:
             b.record_route(model, dest, rid in grown)

@@ -226,3 +226,23 @@ def test_with_replicas_the_window_sees_one_pipelines_share_and_the_prediction_is
     assert shown[0] == pytest.approx(2 * shown[1])
     for t in (two, one):
         t.stop()
+
+
+def test_a_failure_report_is_not_a_step_of_no_time():
+    """A worker reports requests it failed without a step (too large for its KV cache: batch size 0; a batch its
+    engine failed: the batch's size) with step_s 0.0. They are no measurement: counted as steps they dragged the
+    model's fitted step time towards 0 (a step of batch 0, or of batch 8 in no time), and the window's step count up."""
+    from trserve.runtime.messages import Failed
+
+    sent, clock = [], Clock()
+    t = tuner((1, 1), sent, clock)
+    feed(t)
+    for size in (0, 8, 8):
+        failed = [Failed(f"x{size}-{k}", "model 1 failed") for k in range(max(size, 1))]
+        t.on_step(StepReport(1, size, 0, 0.0, 0, 0, 0, 0.0, failed=failed))
+    clock.t = 5.0
+    asyncio.run(t.tick())
+    estimate = t.controller.last_estimate
+    assert estimate is not None and estimate.num_steps == (50, 50)
+    assert min(estimate.latency_s[1]) == pytest.approx(STEP_S[1])  # every large step measured 27.9 ms
+    t.stop()
