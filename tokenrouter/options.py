@@ -129,6 +129,13 @@ def check_positive(value: float | None, option: str) -> None:
         raise ConfigError(option, f"must be a finite number > 0, got {value}")
 
 
+def check_seconds(value: float, option: str, minimum: float = 0.0) -> None:
+    """``value`` is a finite number of seconds >= ``minimum``, else a one-line error naming ``option`` (an
+    infinite warm-up or window would run forever, and a Poisson draw over it never end)."""
+    if not (math.isfinite(value) and value >= minimum):
+        raise ConfigError(option, f"must be a finite number of seconds >= {minimum:g}, got {value}")
+
+
 def check_same_size(matrices: Sequence[Sequence[Sequence[float]]], names: Sequence[str]) -> int:
     """All matrices have the same size; returns it (the number of models)."""
     sizes = {len(m) for m in matrices}

@@ -85,6 +85,7 @@ def test_a_workload_preset_gives_a_scenario_its_lengths_not_its_arrivals(tmp_pat
      (["--models", "small=Qwen3-0.6B"], "--models: routing needs at least two models"),
      (["--hardware", "cpu-2core"], "--dtype: cpu-2core has no 'bf16' peak; valid: fp32"),
      (["--open-run-s", "0"], "--open-run-s: must be a finite number of seconds > 0"),
+     (["--open-run-s", "1e12"], "--open-run-s: must be a finite number of seconds > 0, at most 1e+09"),
      (["--gpus", "1000"], "--gpus: one node's GPUs, 1..64"),
      (["--gpus", "2", "--open-loop-top", "0", "--no-large-alone", "-N", "8", "--thresholds", "100,1"],
       "--concurrency: no placement runs any of N = [8]"),
@@ -205,3 +206,17 @@ def test_an_open_loop_reports_no_concurrency(tmp_path):
 )  # fmt: skip
 def test_an_infinite_window_or_step_is_refused_not_run_forever(args, option):
     refused(run(*args), f"{option}: must be a finite number > 0")
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [(["bench", "--rate", "5", "--warmup-s", "inf"], "--warmup-s"),
+     (["bench", "-n", "1", "--window-s", "inf"], "--window-s"),
+     (["crossval", "--rate", "5", "--warmup-s", "inf"], "--warmup-s"),
+     (["crossval", "--warmup-s", "-1"], "--warmup-s")],
+)  # fmt: skip
+def test_an_infinite_warmup_or_window_is_refused_not_run_forever(args, option):
+    # Before: bench drew Poisson arrivals over an infinite run (a loop that never ends, its memory growing) or ran a
+    # window for ever, crossval likewise after its stack probe; a negative crossval warm-up named warmup_s.
+    emulated = ["--config", "configs/emulated-r2r-a100.yaml", "--drift", "skip"]
+    refused(run(*args, *emulated), f"{option}: must be a finite number of seconds >= ")

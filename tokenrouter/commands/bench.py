@@ -107,6 +107,8 @@ def bench(
         raise ConfigError("--max-tokens", "--lengths draws each request's output length; give one of them")
     if concurrency is not None and (rate is not None or arrivals is not None):
         raise ConfigError("--concurrency", "sets the closed loop; --rate / --arrivals the open loop: give one of them")
+    opt.check_seconds(warmup_s, "--warmup-s")  # typer's min= lets inf through
+    opt.check_seconds(window_s, "--window-s", 0.5)
     open_load = load_of(rate, arrivals, arrival_seed, warmup_s, window_s)
     if open_load is not None and opt.given(ctx, "direct"):
         raise ConfigError("--direct", "drives plain vLLM in a closed loop; --rate / --arrivals runs none: drop it")

@@ -105,6 +105,7 @@ def crossval(
             raise ConfigError(key, f"must be >= 1, got {value}")
     for key, fvalue in {"--measure-s": measure_s, "--sim-s": sim_s, "--drift-tolerance": drift_tolerance}.items():
         opt.check_positive(fvalue, key)
+    opt.check_seconds(warmup_s, "--warmup-s")
     concurrencies, rates = _loads(concurrency, rate, arrival_seed, measure_s, opt)
     for name, flag in CLOSED_LOOP_ONLY.items():
         if rates and opt.given(ctx, name):

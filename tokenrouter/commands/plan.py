@@ -148,8 +148,12 @@ def plan(
         raise ConfigError("--memory-confirm-top", f"must be >= 0, got {memory_confirm_top}")
     if open_loop_top < 0:
         raise ConfigError("--open-loop-top", f"must be >= 0, got {open_loop_top}")
-    if not (math.isfinite(open_run_s) and open_run_s > 0):
-        raise ConfigError("--open-run-s", f"must be a finite number of seconds > 0, got {open_run_s}")
+    from trsim.clock import MAX_SPAN_S
+
+    if not (math.isfinite(open_run_s) and 0 < open_run_s <= MAX_SPAN_S):  # past it: the simulator's time_s error
+        raise ConfigError(
+            "--open-run-s", f"must be a finite number of seconds > 0, at most {MAX_SPAN_S:g}, got {open_run_s}"
+        )
     _check_inputs(cfg)
     with job_runner(workers, ray_address, "--workers") as runner:
         result = _run_with_progress(cfg, runner, quiet=as_json)

@@ -80,9 +80,16 @@ def load_trace(path: Path, warmup_s: float, window_s: float) -> Arrivals:
     return trace
 
 
+#: The most arrivals a rate may expect in one measured window: each is an HTTP request of one client process (a
+#: bench of this machine falls behind near a few thousand a second), and a rate far beyond drew its arrivals for
+#: minutes before anything started (``--rate 1e9``: 2.5e9 times held in memory).
+MAX_WINDOW_ARRIVALS = 1_000_000
+
+
 def rate_options(rate: str | None, seed: int | None, window_s: float) -> tuple[float, ...]:
     """``--rate`` and ``--arrival-seed`` (bench and crossval): the rates, none without ``--rate``; a seed without
-    rates is refused, and so is a rate that expects less than one arrival in the measured ``window_s``."""
+    rates is refused, and so is a rate that expects less than one arrival in the measured ``window_s``, or more
+    than :data:`MAX_WINDOW_ARRIVALS`."""
     if seed is not None and rate is None:
         raise ConfigError("--arrival-seed", "seeds the Poisson arrivals of --rate; give --rate too")
     rates = parse_rates(rate) if rate is not None else ()
@@ -90,6 +97,9 @@ def rate_options(rate: str | None, seed: int | None, window_s: float) -> tuple[f
         if r * window_s < 1:
             raise ConfigError("--rate", f"{r:g} requests/s expects {r * window_s:.2g} arrivals in the {window_s:g} s "
                               f"measured window; give at least {1 / window_s:.3g}")  # fmt: skip
+        if r * window_s > MAX_WINDOW_ARRIVALS:
+            raise ConfigError("--rate", f"{r:g} requests/s expects {r * window_s:.2g} arrivals in the {window_s:g} s "
+                              f"measured window; at most {MAX_WINDOW_ARRIVALS:,} are sent")  # fmt: skip
     return rates
 
 

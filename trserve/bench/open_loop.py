@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from trcore import ConfigError
 from trserve.bench.arrivals import Arrivals
 from trserve.bench.client import PROMPTS, LoadResult, RequestRecord, Workload, _body, _metrics, committed_tokens
 from trserve.bench.client import summarize as summarize_closed
@@ -94,6 +95,24 @@ def summarize(records: Sequence[OpenRecord], arrivals: Arrivals, start: float, w
         asked_tokens=sum(r.asked_tokens for r in answered), num_failed=sum(r.error is not None for r in records),
         failures=[r.error for r in records if r.error is not None][:5],
     )  # fmt: skip
+
+
+#: The least share of the asked window that must run under the load: a window read later (the client and the
+#: server too busy to read ``/metrics`` on time) measured something else than the asked load.
+MIN_WINDOW_SHARE = 0.5
+
+
+def check_window(win_start: float, win_end: float, stop_at: float, window_s: float, arrivals: Arrivals) -> None:
+    """Refuse a window of which less than :data:`MIN_WINDOW_SHARE` of the asked ``window_s`` ran while arrivals were
+    sent (up to ``stop_at``): at a rate the client or server cannot keep, the window's start is read so late that
+    the offered rate, throughput and latencies describe a sliver after the sender stopped."""
+    held = min(win_end, stop_at) - win_start
+    if held < MIN_WINDOW_SHARE * window_s:
+        option = "--arrivals" if arrivals.source.startswith("trace") else "--rate"
+        late = win_start - (stop_at - window_s)
+        raise ConfigError(option, f"the load fell behind ({arrivals.source}): the window's start was read "
+                          f"{late:.2f} s late, leaving {max(held, 0.0):.2f} s of the {window_s:g} s window under "
+                          "the load; the client or server cannot keep this rate here, lower it")  # fmt: skip
 
 
 #: A connection idle this long is closed rather than reused: the server (uvicorn's default keep-alive timeout,
@@ -175,6 +194,7 @@ async def run_open_load(url: str, arrivals: Arrivals, work: Workload,
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     pool.close()
+    check_window(win_start, win_end, stop_at, work.window_s, arrivals)
     result = summarize(records, arrivals, start, win_start, win_end, stop_at)
     result.metrics_before, result.metrics_after = before, after
     result.probe_before, result.probe_after = probe_before, probe_after

@@ -79,6 +79,13 @@ def test_a_rate_with_no_arrival_to_expect_in_the_window_is_refused() -> None:
     assert rate_options("0.25", None, 4.0) == (0.25,)
 
 
+def test_a_rate_beyond_what_one_client_sends_is_refused_before_drawing_its_arrivals() -> None:
+    # Before: --rate 1e9 drew 4e9 arrival times (minutes, gigabytes) before the first window.
+    with pytest.raises(ConfigError, match=r"--rate: 1e\+09 requests/s expects 4e\+09 arrivals .* at most 1,000,000"):
+        rate_options("5,1e9", None, 4.0)
+    assert rate_options("250000", None, 4.0) == (250000.0,)
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [("", "holds no arrival times"), ("0\n2\n1\n", "comes before the previous arrival"),

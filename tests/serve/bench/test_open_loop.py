@@ -16,7 +16,7 @@ from trcore import ConfigError
 from trserve import eventloop
 from trserve.bench.arrivals import Arrivals, poisson, read_trace
 from trserve.bench.client import Workload, committed_tokens
-from trserve.bench.open_loop import OpenRecord, dispatch, run_open_load, summarize
+from trserve.bench.open_loop import OpenRecord, check_window, dispatch, run_open_load, summarize
 
 
 def test_poisson_times_are_the_seeded_exponential_gaps_summed():
@@ -104,6 +104,21 @@ def test_summary_of_a_hand_made_timeline():
     assert result.window_s == 4.0 and result.concurrency == 0
     # The window read until 106 but the sender stopped at 105.5: the arrival due at 5.5 was never offered.
     assert summarize(recs[:5], arrivals, 100.0, 102.0, 106.0, stop_at=105.5).offered_rps == 3 / 3.5
+
+
+def test_a_window_read_after_the_sender_stopped_is_refused_not_reported():
+    # Planned: warm-up from 100, window [102, 106), the sender stops at 106. Under a rate the client and server
+    # cannot keep, /metrics was read at 106.3 and 106.34: the summary's offered rate was -0.0 (arrivals in
+    # [2, 6) over 106 - 106.3) and the throughput the tokens of 40 ms, reported as the window's.
+    poisson_load = Arrivals((0.5, 2.5, 5.5), "poisson 2000/s seed 0")
+    assert summarize([], poisson_load, 100.0, 106.3, 106.34, stop_at=106.0).offered_rps <= 0
+    with pytest.raises(
+        ConfigError, match=r"--rate: the load fell behind .* read 4.30 s late, leaving 0.00 s of the 4 s"
+    ):
+        check_window(106.3, 106.34, 106.0, 4.0, poisson_load)
+    with pytest.raises(ConfigError, match=r"--arrivals: .*leaving 1.50 s of the 4 s window"):
+        check_window(104.5, 106.2, 106.0, 4.0, Arrivals((0.5,), "trace a.txt"))
+    check_window(102.2, 106.1, 106.0, 4.0, poisson_load)  # 3.8 s of 4 under the load: kept
 
 
 MAX_TOKENS = 8
