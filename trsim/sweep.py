@@ -49,11 +49,15 @@ def feasible_thresholds(num_models: int, concurrency: int) -> list[tuple[int, ..
 
 
 def grid(
-    configs: Mapping[str, SimConfig], concurrencies: Sequence[int], thresholds: Sequence[tuple[int, ...]] | None
+    configs: Mapping[str, SimConfig],
+    concurrencies: Sequence[int],
+    thresholds: Sequence[tuple[int, ...]] | None,
+    skipped: list[str] | None = None,
 ) -> list[SweepPoint]:
     """The points of a sweep; ``thresholds=None`` takes every feasible vector at each concurrency.
-    Explicit vectors infeasible at some concurrency are skipped there. A scenario that sets its own concurrency
-    runs once per vector (its points' concurrency is ``None``), its vectors feasible at its smallest phase's."""
+    Explicit vectors infeasible at some concurrency are skipped there, each said in ``skipped`` (where given). A
+    scenario that sets its own concurrency runs once per vector (its points' concurrency is ``None``), its vectors
+    feasible at its smallest phase's."""
     points = []
     for name, config in configs.items():
         own = concurrency_set_by_scenario(config)
@@ -67,6 +71,9 @@ def grid(
                     )
                 if sum(x - 1 for x in b) < bound:
                     points.append(SweepPoint(name, None if own else n, tuple(b)))
+                elif skipped is not None:
+                    at = f"its smallest phase's N = {bound}" if own else f"N = {n}"
+                    skipped.append(f"{','.join(map(str, b))} skipped for {name} at {at} (sum(B_i - 1) must be < N)")
     if not points:
         raise ConfigError("thresholds", "no feasible threshold vector at the given concurrencies")
     return points

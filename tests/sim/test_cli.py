@@ -193,3 +193,13 @@ def test_a_sweep_of_a_phased_scenario_states_no_token_count_it_did_not_apply(tmp
         assert result.exit_code == 0, result.output
         out = json.loads((tmp_path / "sweep.json").read_text())
         assert out["tokens_per_run"] == stated and out["points"][0]["cut_short"] == (tokens is not None)
+
+
+def test_a_sweep_says_which_vectors_it_skipped_as_infeasible(tmp_path):
+    """--thresholds 4,1 cannot run at N = 2 (sum(B_i - 1) < N): it runs at N = 8 only, and the skip is said."""
+    args = ("--concurrency", "2,8", "--thresholds", "1,1;4,1", "--tokens", "1000", "--jobs", "1", "--no-model")
+    result = run("sweep", *args, "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    rows = json.loads((tmp_path / "sweep.json").read_text())["points"]
+    assert sorted((r["concurrency"], r["thresholds"]) for r in rows) == [(2, [1, 1]), (8, [1, 1]), (8, [4, 1])]
+    assert "note: --thresholds 4,1 skipped for flags at N = 2" in result.stderr

@@ -249,7 +249,10 @@ def sweep(
         check_sweepable(path, spec, config, concurrency is not None)
         configs[spec.name if spec is not None else "flags"] = config
     num_models = next(iter(configs.values())).num_models
-    points = grid(configs, concurrencies, opt.parse_threshold_grid(thresholds, num_models))
+    skipped: list[str] = []
+    points = grid(configs, concurrencies, opt.parse_threshold_grid(thresholds, num_models), skipped)
+    for line in skipped:  # a vector asked for and not run is said, not dropped unseen
+        typer.echo(f"note: --thresholds {line}", err=True)
     with job_runner(jobs, ray_address, "--jobs") as runner, Progress(transient=True) as progress:
         task = progress.add_task(f"{len(points)} runs", total=len(points))
         rows = run_sweep(configs, points, tokens, runner=runner, on_done=lambda _row: progress.advance(task))
