@@ -154,6 +154,11 @@ class AdaptiveController:
             self.changes.append(now)
             self._needs_fill = False
 
+    @property
+    def predicted_tok_s(self) -> float | None:
+        """The throughput model's tok/s of the vector in force on the last solve's inputs (None before any)."""
+        return self._solved.current_tok_s if self._solved is not None else None
+
     def _changed_since(self, time_s: float) -> bool:
         return bool(self.changes) and self.changes[-1] > time_s
 

@@ -201,9 +201,11 @@ class Tuner:
                 for j, p in enumerate(row):
                     self.g_P.labels(self.names[i], self.names[j]).set(p)
                     self.g_C.labels(self.names[i], self.names[j]).set(est.routing.C[i][j])
+        # The model's tok/s of the vector in force; none while there is no window (idle: beside a measured 0).
+        predicted = self.controller.predicted_tok_s
+        self.g_predicted.set(float("nan") if est is None or predicted is None else self.pipelines * predicted)
         if retune is None:
             return
-        self.g_predicted.set(self.pipelines * (retune.predicted_tok_s if retune.applied else retune.current_tok_s))
         if retune.applied:
             self.c_switches.inc()
             self._show_thresholds()

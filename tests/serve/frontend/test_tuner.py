@@ -246,3 +246,25 @@ def test_a_failure_report_is_not_a_step_of_no_time():
     assert estimate is not None and estimate.num_steps == (50, 50)
     assert min(estimate.latency_s[1]) == pytest.approx(STEP_S[1])  # every large step measured 27.9 ms
     t.stop()
+
+
+def test_with_no_window_the_predicted_throughput_reads_nan_beside_the_measured():
+    """Idle, the window empties: the concurrency reads NaN, and so must the model's throughput at it (the last
+    prediction, 8 requests' worth, stood beside a measured 0 tok/s for as long as the server idled)."""
+    sent, clock = [], Clock()
+    t = tuner((1, 1), sent, clock)
+    feed(t)
+    clock.t = 5.0
+    asyncio.run(t.tick())
+    lines = generate_latest(t.registry).decode().splitlines()
+    assert float(next(x for x in lines if x.startswith("tokenrouter_adaptive_predicted_tok_s ")).split()[1]) > 0
+    clock.t = 30.0  # idle since: the window empties
+    asyncio.run(t.tick())
+    text = generate_latest(t.registry).decode()
+    assert "tokenrouter_adaptive_measured_tok_s 0.0" in text and "tokenrouter_adaptive_predicted_tok_s NaN" in text
+    feed(t)  # the same traffic again: once the window is full, the prediction (unchanged, no new solve) is back
+    clock.t = 35.0
+    asyncio.run(t.tick())
+    lines = generate_latest(t.registry).decode().splitlines()
+    assert float(next(x for x in lines if x.startswith("tokenrouter_adaptive_predicted_tok_s ")).split()[1]) > 0
+    t.stop()
