@@ -1,4 +1,4 @@
-"""The KV-cache flags of `tokenrouter simulate` (and `tokenrouter plan`): capacity per model in tokens or blocks,
+"""The KV-cache flags of `tokenrouter simulate`: capacity per model in tokens or blocks,
 block size, sequence limit and spill policy, turned into a ``trsim.kv.KVSimConfig``. Bad values are a
 ``ConfigError`` naming the flag (one line, exit 2)."""
 
@@ -92,7 +92,7 @@ def _per_model(text: str, num_models: int, option: str) -> list[int | str]:
     for part in parts:
         if part == "auto":
             values.append(part)
-        elif part.isdigit() and int(part) > 0:
+        elif part.isascii() and part.isdigit() and int(part) > 0:  # not '²', which isdigit() takes and int() not
             values.append(int(part))
         else:
             raise ConfigError(

@@ -140,6 +140,8 @@ def test_simulate_flags_set_the_cache_and_the_policy():
     [
         (["--kv-tokens", "2304,4608,1"], "error: --kv-tokens: needs 1 or 2 values"),
         (["--kv-tokens", "-5"], "error: --kv-tokens: expected positive integers"),
+        (["--kv-tokens", "2304,\u00b2"], "error: --kv-tokens: expected positive integers"),  # a ValueError traceback
+        (["--kv-blocks", "\u00b2"], "error: --kv-blocks: expected positive integers"),
         (["--kv-tokens", "auto"], "error: --kv-tokens: 'auto' needs a roofline latency"),
         (["--kv-tokens", "100", "--kv-blocks", "4"], "error: --kv-blocks: give --kv-tokens or --kv-blocks, not both"),
         (["--kv-tokens", "100", "--spill", "fifo"], "error: --spill: unknown spill policy 'fifo'; valid: admission-"),
