@@ -55,7 +55,7 @@ def test_a_diurnal_day_runs_to_its_end_and_a_cut_phase_is_listed(tmp_path):
       "--concurrency: the scenario's phases set the concurrency"),
      ("workload: {arrival: poisson, rate_per_s: 5}\n", ["-N", "2"], "--concurrency: a poisson workload has no"),
      ("workload: {arrival: poisson, rate_per_s: 5}\nphases: [{duration_s: 2, concurrency: 8}]\n", [],
-      "phases: a poisson workload has no concurrency"),
+      "phases[0].concurrency: a poisson workload has no concurrency"),
      ("workload: {concurrency: 4}\nspill: lru\n", [], "spill: chooses what a full KV cache gives up"),
      ("workload: {concurrency: 4}\nphases: [{duration_s: .inf}]\n", [], "phases.0.duration_s"),
      ("workload: {concurrency: 4}\nbaseline: lockstep\n", ["--thresholds", "adaptive"], "baseline: adaptive tunes"),
