@@ -23,6 +23,7 @@ from trcore.routing_stats import estimate_routing_stats
 from trcore.throughput import ThroughputModel
 from trcore.traces import trace_from_dict
 from trserve.config import ServeConfig
+from trserve.engine.emulated import EmulatedLatency
 from trserve.hardware import hardware_tag, profile_path, read_machine_profile
 from trserve.server.drift import DriftProbe, assess
 from trsim.profile import latency_from_profile
@@ -134,12 +135,18 @@ def auto_inputs(
     cfg: ServeConfig, probe: DriftProbe | None = None
 ) -> tuple[list[list[float]], list[list[float]], str, list[list[float]], str]:
     """The optimizer's inputs: P, C, where they came from, latency tables per model (batch 1..cap, the profiles'
-    decode latency at :data:`TYPICAL_CONTEXT` times the drift factor) and the drift outcome in words."""
+    decode latency at :data:`TYPICAL_CONTEXT` times the drift factor; emulated engines' own ``latency_ms``, with no
+    profile or probe) and the drift outcome in words."""
+    n = cfg.batching.auto.concurrency
+    caps = [min(cfg.batching.max_batch or m.max_num_seqs, m.max_num_seqs, n) for m in cfg.models]
+    if _declared(cfg):  # the engines step as the config says; a profile of that name is another model's
+        P, C, source = routing_matrices(cfg)
+        tables = [EmulatedLatency.from_config(m.emulated).table(cap, TYPICAL_CONTEXT)
+                  for m, cap in zip(cfg.models, caps, strict=True) if m.emulated is not None]  # fmt: skip
+        return P, C, source, tables, "drift probe not needed (emulated: the engines step exactly as configured)"
     models = [latency_from_profile(load_profile(cfg, m)) for m in range(cfg.num_models)]
     P, C, source = routing_matrices(cfg)
     factors, drift = drift_factors(cfg, models, probe)
-    n = cfg.batching.auto.concurrency
-    caps = [min(cfg.batching.max_batch or m.max_num_seqs, m.max_num_seqs, n) for m in cfg.models]
     latency = [
         [f * float(model.predict(b, b * TYPICAL_CONTEXT, 0)) for b in range(1, cap + 1)]
         for model, f, cap in zip(models, factors, caps, strict=True)
@@ -160,11 +167,22 @@ def auto_thresholds(cfg: ServeConfig, report: Report | None = None, probe: Drift
         f"thresholds auto: {list(best.thresholds)} (throughput model: {best.throughput_tok_s:.1f} tok/s at "
         f"{n} concurrent requests, best of {len(best.candidates)}, min gain {cfg.batching.auto.min_gain:.0%}; "
         f"P={_fmt(P)} C={_fmt(C)} from {source}; "
-        f"latency at context {TYPICAL_CONTEXT} from {[str(profile_path(cfg, m)) for m in range(cfg.num_models)]}; "
-        f"{drift})"
+        f"latency at context {TYPICAL_CONTEXT} from {_latency_source(cfg)}; {drift})"
     )
     (report or log.info)(message)
     return [int(b) for b in best.thresholds]
+
+
+def _declared(cfg: ServeConfig) -> bool:
+    """Whether every model is an emulated engine given its step times (``emulated.latency_ms``). One emulating a
+    ``profile`` stands in for a real engine (tests of the drift probe): it is read and probed like one."""
+    return cfg.backend == "emulated" and all(m.emulated and m.emulated.latency_ms is not None for m in cfg.models)
+
+
+def _latency_source(cfg: ServeConfig) -> str:
+    if _declared(cfg):
+        return "the emulated engines' latency_ms (the config's)"
+    return str([str(profile_path(cfg, m)) for m in range(cfg.num_models)])
 
 
 def _fmt(matrix: Sequence[Sequence[float]]) -> str:

@@ -103,6 +103,23 @@ def test_auto_thresholds_without_profile_names_calibrate(tmp_path):
         load_profile(cfg, 0)
 
 
+def test_auto_thresholds_on_emulated_engines_solve_their_own_latencies(tmp_path):
+    """Emulated engines given latency_ms step as the config says: auto solves those, probing nothing. It read the
+    profiles named like the models instead (the CPU pair's `small` and `large` for the R2R config, scaled by a
+    drift probe: [1, 1], where the config's 6.0 / 27.9 ms give (2, 10), 7% more), or refused without them."""
+
+    def probe(cfg, models):
+        raise AssertionError("an emulated engine needs no drift probe")
+
+    emulated = [{"name": n, "emulated": {"latency_ms": ms}} for n, ms in (("small", 6.0), ("large", 27.9))]
+    routing = {"program": "markov", "params": {"P": [[0.65, 0.35], [1, 0]], "C": [[1, 0], [1, 0]]}}
+    auto = {"thresholds": "auto", "auto": {"calibration_dir": str(tmp_path)}}
+    cfg = ServeConfig.model_validate({"backend": "emulated", "models": emulated, "router": routing, "batching": auto})
+    said: list[str] = []
+    assert resolve_thresholds(cfg, report=said.append, probe=probe) == [2, 10]
+    assert "the emulated engines' latency_ms" in said[0] and "drift probe not needed" in said[0]
+
+
 def test_run_spec_round_trip_and_policy(tmp_path):
     cfg = make(batching={"thresholds": [2, 1], "tables": [{8: 4}, {}], "max_wait_ms": 5})
     placements = tuple(place_models(list(cfg.models), cpus=[0, 1]))
