@@ -25,6 +25,7 @@ from trserve.calibrate.profile import build_profile
 from trserve.config import ServeConfig
 from trserve.entrypoints import worker_command
 from trserve.hardware import tag_for
+from trserve.runtime import refusal
 from trserve.runtime.endpoints import Endpoints
 from trserve.runtime.placement import place_models
 from trserve.runtime.runspec import RunSpec, resolve_model_path
@@ -152,6 +153,9 @@ def run_worker(spec: RunSpec, spec_path: Path, model: int, grid: CalibrationGrid
         _stop(proc)
     if code != 0 or not out.is_file():
         tail = log_tail(log)
+        refused = refusal.find(tail) if code == refusal.EXIT_STATUS else None
+        if refused is not None:
+            raise refused
         raise CalibrationError(f"calibration of {name!r} exited with status {code}; last lines of its log:\n{tail}")
     return json.loads(out.read_text())
 

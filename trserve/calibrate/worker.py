@@ -18,12 +18,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import IO, Any
 
+from trcore.errors import ConfigError
 from trserve.calibrate.measure import run_plan
 from trserve.calibrate.plan import CalibrationGrid, make_plan
-from trserve.engine.step_engine import StepEngine
 from trserve.hardware import cpu_model
+from trserve.runtime.refusal import EXIT_STATUS, announce
 from trserve.runtime.runspec import RunSpec
-from trserve.runtime.worker import _die_with_parent, engine_config
+from trserve.runtime.worker import _die_with_parent, start_vllm_engine
 
 
 def _emit(channel: IO[str], **event: Any) -> None:
@@ -78,7 +79,7 @@ def run_job(job: dict[str, Any], progress: IO[str]) -> dict[str, Any]:
     spec, model, grid = RunSpec.load(job["run_spec"]), int(job["model"]), _grid(job["grid"])
     load_before, started = os.getloadavg(), time.perf_counter()
     _emit(progress, event="starting")
-    engine = StepEngine(engine_config(spec, model))
+    engine = start_vllm_engine(spec, model)
     start_s = time.perf_counter() - started
     try:
         settings = engine_settings(engine)
@@ -112,7 +113,11 @@ def main(argv: list[str] | None = None) -> int:
 
     _die_with_parent()
     with os.fdopen(int(args[1]), "w") as progress:
-        result = run_job(job, progress)
+        try:
+            result = run_job(job, progress)
+        except ConfigError as exc:  # the engine refused the model's settings: the command says it in one line
+            announce(exc)
+            return EXIT_STATUS
         Path(job["out"]).write_text(json.dumps(result))
         _emit(progress, event="done")
     return 0

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trcore import PROGRAMS, RoutingProgram, Subserver, check_signals
+from trcore.errors import ConfigError
 from trserve.engine.emulated import EmulatedEngine, EmulatedLatency
 from trserve.engine.hash import HashEngine
 from trserve.engine.step_engine import StepEngine
@@ -26,6 +27,7 @@ from trserve.engine.types import Engine, EngineConfig
 from trserve.runtime.loop import SubserverLoop
 from trserve.runtime.memory_setup import build_memory
 from trserve.runtime.messages import Ready
+from trserve.runtime.refusal import EXIT_STATUS, announce, settings_error
 from trserve.runtime.runspec import RunSpec
 from trserve.runtime.transport import FRONTEND
 
@@ -85,7 +87,18 @@ def start_engine(spec: RunSpec, model: int, **overrides: Any) -> Engine:
         return HashEngine(model, step_s=0.005)
     if spec.config.backend == "emulated":
         return EmulatedEngine.from_model_config(model, spec.config.models[model], seed=spec.config.seed + model)
-    return StepEngine(engine_config(spec, model, **overrides))
+    return start_vllm_engine(spec, model, **overrides)
+
+
+def start_vllm_engine(spec: RunSpec, model: int, **overrides: Any) -> StepEngine:
+    """Model ``model``'s vLLM engine; vLLM's refusal of its settings is a ConfigError naming the config's field."""
+    config = engine_config(spec, model, **overrides)
+    try:
+        return StepEngine(config)
+    except ConfigError:
+        raise
+    except ValueError as exc:  # vLLM checks the settings only now, and words its refusal in its own terms
+        raise settings_error(exc, model) from exc
 
 
 def emulated_latency(spec: RunSpec, model: int) -> EmulatedLatency:
@@ -147,7 +160,12 @@ def worker_main(run_worker: Callable[[RunSpec, int], None], argv: list[str] | No
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     spec = RunSpec.load(args.run_json)
     log.info("worker %d: pid %d, cpus %s", args.index, os.getpid(), sorted(os.sched_getaffinity(0)))
-    run_worker(spec, args.index)
+    try:
+        run_worker(spec, args.index)
+    except ConfigError as exc:  # a setting this process found wrong: the launcher reports it as one line
+        log.exception("worker %d refused its settings", args.index)
+        announce(exc)
+        raise SystemExit(EXIT_STATUS) from None
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -29,6 +29,7 @@ from trserve.config import RestartConfig
 from trserve.frontend.book import FrontEnd
 from trserve.frontend.metrics import Metrics
 from trserve.frontend.recovery import Recovery
+from trserve.runtime import refusal
 from trserve.runtime.messages import Ready, Rewire, Shutdown
 from trserve.runtime.placement import Placement
 from trserve.runtime.runspec import RunSpec
@@ -117,6 +118,7 @@ class Launcher:
             for worker in workers:
                 code = worker.process.poll() if worker.process is not None else None
                 if code is not None and not (worker.ready and worker.ready.done()):
+                    self._raise_refusal(worker, code)
                     raise LaunchError(self._failure(worker, f"exited with status {code} before it was ready"))
             if loop.time() > deadline:
                 late = next(w for w in workers if w.ready is not None and not w.ready.done())
@@ -146,6 +148,13 @@ class Launcher:
         for other in self.workers:
             if other is not worker:
                 self._tell(worker, other.spec.index)
+
+    def _raise_refusal(self, worker: Worker, code: int) -> None:
+        """Raise the ConfigError a worker that exited with ``code`` announced, if it did (one line for the user)."""
+        if code == refusal.EXIT_STATUS and worker.process is not None:
+            error = refusal.find(worker.process.log_tail())
+            if error is not None:
+                raise error
 
     def _failure(self, worker: Worker, what: str) -> str:
         tail = worker.process.log_tail() if worker.process is not None else "(not started)"

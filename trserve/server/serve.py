@@ -104,7 +104,8 @@ def api_key_of(cfg: ServeConfig) -> str | None:
 
 
 async def serve(cfg: ServeConfig, report: Report | None = None, probe: DriftProbe | None = None) -> int:
-    """Run the server until interrupted; returns the exit status (1: a worker failed to start). Progress and
+    """Run the server until interrupted; returns the exit status (1: a worker failed to start; a
+    worker that refused its model's settings raises the ConfigError it announced). Progress and
     failures go to ``report`` (default: this module's log); the CLI prints them. ``probe``: the drift probe of
     ``thresholds: auto`` (the CLI injects the crossval workers' one)."""
     say = report or log.info
@@ -132,6 +133,9 @@ async def serve(cfg: ServeConfig, report: Report | None = None, probe: DriftProb
         say(f"error: {exc}")
         await frontend.close()
         return 1
+    except ConfigError:  # a worker refused its model's settings: one line and exit status 2, as any bad setting
+        await frontend.close()
+        raise
     ctx = ServerContext(cfg, frontend, tokenizer, metrics, api_key_of(cfg), spec.model_paths)
     server = uvicorn.Server(
         uvicorn.Config(
