@@ -133,6 +133,23 @@ def test_pair_fills_router_statistics_and_latencies_and_the_config_wins() -> Non
         emulated("qwen3-0.6b-8b", {"program": "r2r"})
 
 
+def test_a_pool_or_overlap_beside_no_step_time_gets_the_pairs_step_time_and_keeps_them() -> None:
+    """An ``emulated`` section that sets only a KV pool (or ``overlap``) leaves the step time out, as no section does."""
+    models = [{"name": "small", "emulated": {"kv_tokens": 4096}}, {"name": "large", "emulated": {"overlap": False}}]
+    cfg = ServeConfig.model_validate(
+        {"pair": "r2r-qwen-1.5b-32b", "backend": "emulated", "models": models, "router": {"program": "markov"}}
+    )
+    small, large = (m.emulated for m in cfg.models)
+    assert small is not None and large is not None
+    assert (small.latency_ms, small.kv_tokens, small.overlap) == (6.0, 4096, True)
+    assert (large.latency_ms, large.kv_tokens, large.overlap) == (27.9, None, False)
+    profiled = [{"name": "small", "emulated": {"profile": "nowhere.json"}}, {"name": "large"}]
+    with pytest.raises(ValueError, match="no such file"):  # a step time of its own is never replaced
+        ServeConfig.model_validate(
+            {"pair": "r2r-qwen-1.5b-32b", "backend": "emulated", "models": profiled, "router": {"program": "markov"}}
+        )
+
+
 def test_a_router_of_one_pair_is_refused_on_another(caplog: pytest.LogCaptureFixture) -> None:
     foreign = {"program": "r2r", "params": {"router": str(LOCAL_ROUTER)}}
     with pytest.raises(ConfigError) as err:

@@ -87,12 +87,17 @@ def _reordered(matrix: list[list[float]], order: list[int]) -> list[list[float]]
 
 
 def _emulated(model: Any, index: int, role: int, pair: Pair) -> Any:
-    """Config model ``index``, the pair's model ``role``, with the pair's step time where it gives none."""
-    if not isinstance(model, dict) or model.get("emulated") is not None:
+    """Config model ``index``, the pair's model ``role``, with the pair's step time where it gives none: no
+    ``emulated`` section, or one with neither ``latency_ms`` nor ``profile`` (its other keys, e.g. ``kv_tokens``,
+    kept)."""
+    if not isinstance(model, dict):
         return model
+    emulated = {} if model.get("emulated") is None else model["emulated"]
+    if not isinstance(emulated, dict) or any(emulated.get(k) is not None for k in ("latency_ms", "profile")):
+        return model  # its own step time, or not a section at all (validation names it)
     latency = pair.spec.latency()
     if latency is None or role >= len(pair.spec.models):
         raise ConfigError(
             f"models.{index}.emulated", f"needs latency_ms (pair {pair.name} has no latencies to fill in)"
         )
-    return {**model, "emulated": {"latency_ms": latency.by_batch_size(pair.spec.models[role].name)}}
+    return {**model, "emulated": {**emulated, "latency_ms": latency.by_batch_size(pair.spec.models[role].name)}}
