@@ -124,10 +124,15 @@ def test_a_scenarios_adaptive_knobs_without_adaptive_thresholds_are_named_not_dr
     )
     static = run("simulate", "--scenario", path, "--tokens", "2000")
     assert static.exit_code == 0, static.output
-    assert "adaptive: knobs apply with --thresholds adaptive" in static.stderr
+    assert "adaptive: knobs apply to simulate --thresholds adaptive, not to this run" in static.stderr
     tuned = run("simulate", "--scenario", path, "--tokens", "2000", "--thresholds", "adaptive")
     assert tuned.exit_code == 0, tuned.output
     assert "note:" not in tuned.stderr
+    # A sweep refuses --thresholds adaptive: its note must not send the user there ("apply with --thresholds
+    # adaptive; this run keeps its vector" did), but to simulate.
+    swept = run("sweep", "--scenario", path, "--thresholds", "1,1", "--tokens", "500", "-j", "1", "--out", tmp_path)
+    assert swept.exit_code == 0, swept.output
+    assert "knobs apply to simulate --thresholds adaptive, not to this run" in swept.stderr
 
 
 def test_sweep_writes_json_and_plot(tmp_path):

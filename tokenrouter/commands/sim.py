@@ -97,7 +97,7 @@ def build_config(
         config, spec = _scenario_config(scenario, adaptive)
         if not adaptive and "adaptive" in spec.model_fields_set:
             typer.echo(
-                f"note: {scenario}'s adaptive: knobs apply with --thresholds adaptive; this run keeps its vector",
+                f"note: {scenario}'s adaptive: knobs apply to simulate --thresholds adaptive, not to this run",
                 err=True,
             )
         if workload is not None:  # the preset's request shape; the scenario's arrivals, sessions and pacing stay
