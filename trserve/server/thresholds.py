@@ -53,7 +53,8 @@ def resolve_thresholds(
         if cfg.batching.tables is not None:  # its vector, sent to every worker as it connects, drops them
             raise ConfigError("batching.tables", "thresholds: adaptive tunes one vector for every active count and "
                               "replaces tables; give thresholds as a list to use tables")  # fmt: skip
-        field, given = "batching.adaptive.initial", cfg.batching.adaptive.initial or [1] * cfg.num_models
+        initial = cfg.batching.adaptive.initial  # an empty list is a vector of the wrong length, not the default
+        field, given = "batching.adaptive.initial", [1] * cfg.num_models if initial is None else initial
         if len(given) != cfg.num_models:
             raise ConfigError(field, f"needs one threshold per model ({cfg.num_models})")
     for i, (b, m) in enumerate(zip(given, cfg.models, strict=True)):

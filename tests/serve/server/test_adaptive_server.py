@@ -74,3 +74,22 @@ def test_threshold_tables_beside_adaptive_are_refused_naming_the_field():
     adaptive = tabled.batching.model_copy(update={"thresholds": "adaptive"})
     with pytest.raises(ConfigError, match=r"^batching\.tables: thresholds: adaptive"):
         resolve_thresholds(tabled.model_copy(update={"batching": adaptive}))
+
+
+def test_an_empty_initial_vector_is_refused_not_read_as_the_default():
+    """``initial: []`` ran as all 1, unsaid, where ``thresholds: []`` is refused: a vector of the wrong length."""
+    from trcore import ConfigError
+    from trserve.config import AdaptiveThresholdsConfig, load_config
+    from trserve.server.thresholds import resolve_thresholds
+
+    cfg = load_config("configs/emulated-r2r-a100.yaml")
+    for initial, expected in ((None, [1, 1]), ([2, 3], [2, 3])):
+        batching = cfg.batching.model_copy(
+            update={"thresholds": "adaptive", "adaptive": AdaptiveThresholdsConfig(initial=initial)}
+        )
+        assert resolve_thresholds(cfg.model_copy(update={"batching": batching})) == expected
+    batching = cfg.batching.model_copy(
+        update={"thresholds": "adaptive", "adaptive": AdaptiveThresholdsConfig(initial=[])}
+    )
+    with pytest.raises(ConfigError, match=r"^batching\.adaptive\.initial: needs one threshold per model \(2\)"):
+        resolve_thresholds(cfg.model_copy(update={"batching": batching}))
