@@ -159,6 +159,7 @@ class FrontEnd(Inbound):
         gen.is_dispatched = True
         gen.last_progress = time.monotonic()
         self.num_active += 1
+        self.kv_gate.on_dispatch()
         self.send(self.entry if self.pinning is None else self.pinning.process(gen, self.entry), msg)
 
     def _has_room(self) -> bool:
@@ -186,7 +187,7 @@ class FrontEnd(Inbound):
             self.pinning.unpin(gen)
         gen.events.put_nowait(event)
         self.metrics.requests.labels(outcome).inc()
-        self.kv_gate.on_end()
+        self.kv_gate.on_end(self.num_active)
         if outcome == "finished":
             self.metrics.e2e_seconds.observe(time.monotonic() - gen.spec.arrival_time)
         self.dispatch_waiting()

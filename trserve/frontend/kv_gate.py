@@ -28,16 +28,27 @@ class KVGate:
         #: Requests let through by an end while the gate held (at most one per end).
         self.num_passed = 0
         self._pass = 0
+        self._idle = False  # set once the last request in flight ended: a report then tells of cancelled ones
 
     def on_report(self, proc: int, memory: dict[str, int]) -> None:
         """A step report of process ``proc`` with its core's memory fields (none: no KV accounting)."""
-        if proc in self.entry_procs and "waiting_admission" in memory:
+        if proc in self.entry_procs and "waiting_admission" in memory and not self._idle:
             self.waiting[proc] = memory["waiting_admission"]
             self._pass = 0
 
-    def on_end(self) -> None:
-        """A request ended: its KV is free on every model, so one held request may try."""
+    def on_dispatch(self) -> None:
+        """A request went to the entry model: reports count again."""
+        self._idle = False
+
+    def on_end(self, num_active: int = 1) -> None:
+        """A request ended: its KV is free on every model, so one held request may try. With ``num_active`` 0
+        nothing is in flight, so nothing waits for KV either: the waiters of the last reports (requests cancelled
+        while they waited, after which the model steps no more and sends no report) are forgotten, and so are
+        reports until the next dispatch (sent before the cancellations reached the model)."""
         self._pass = 1
+        if num_active == 0:
+            self.waiting.clear()
+            self._idle = True
 
     def forget(self, proc: int) -> None:
         """Process ``proc`` is gone or restarting: its waiting requests went with it."""

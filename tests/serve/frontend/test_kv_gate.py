@@ -50,6 +50,23 @@ def test_each_end_lets_one_held_request_through_until_the_next_report():
     assert not gate.holds(3) and gate.state()["passed_on_end"] == 1
 
 
+def test_once_nothing_is_in_flight_the_waiters_of_the_last_reports_are_forgotten():
+    gate = KVGate([0, 1])
+    gate.on_dispatch()
+    gate.on_report(0, memory(4))  # then the four waiting on each replica were cancelled: no step, no report
+    gate.on_report(1, memory(6))
+    gate.on_end(num_active=2)
+    assert gate.state()["waiting_for_kv"] == {"0": 4, "1": 6}  # others are in flight: a report will follow
+    gate.on_end(num_active=0)
+    gate.on_report(1, memory(5))  # sent before the cancellations reached replica 1
+    assert gate.state()["waiting_for_kv"] == {"0": 0, "1": 0}
+    gate.on_dispatch()
+    assert [gate.holds(1), gate.holds(2)] == [False, False]  # the next burst is not held behind them
+    gate.on_report(0, memory(1))
+    gate.on_report(1, memory(2))
+    assert gate.holds(2)  # reports after a dispatch count again
+
+
 def test_disabled_or_without_kv_accounting_it_never_holds():
     off = KVGate([0], enabled=False)
     off.on_report(0, memory(3))
