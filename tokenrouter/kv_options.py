@@ -42,7 +42,8 @@ class KVFlags:
 
 
 def apply_kv_flags(config: SimConfig, flags: KVFlags) -> SimConfig:
-    """``config`` with the flags' KV caches (replacing a scenario's) or spill policy; unchanged without flags."""
+    """``config`` with the flags' KV caches (replacing a scenario's, whose ``spill`` holds unless ``--spill`` is
+    given) or spill policy; unchanged without flags."""
     from trcore import spill_policy
     from trsim.kv import KVSimConfig
 
@@ -61,7 +62,8 @@ def apply_kv_flags(config: SimConfig, flags: KVFlags) -> SimConfig:
             raise ConfigError("--spill", "needs a KV cache: give --kv-tokens or --kv-blocks (or scenario kv sections)")
         return replace(config, kv=KVSimConfig(config.kv.budgets, flags.spill))
     budgets = tuple(_budgets(config, flags))
-    return replace(config, kv=KVSimConfig(budgets, flags.spill or "cost"))
+    spill = flags.spill or (config.kv.spill if config.kv is not None else "cost")  # a scenario's spill: stays
+    return replace(config, kv=KVSimConfig(budgets, spill))
 
 
 def _budgets(config: SimConfig, flags: KVFlags) -> list[object]:

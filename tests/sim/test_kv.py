@@ -154,3 +154,19 @@ def test_bad_kv_flags_are_one_line_exit_2(flags, message):
     assert out.exit_code == 2
     errors = [line for line in out.output.splitlines() if line.startswith("error")]
     assert len(errors) == 1 and errors[0].startswith(message), out.output
+
+
+def test_kv_flags_over_a_scenario_keep_its_spill_policy(tmp_path):
+    scenario = tmp_path / "kv.yaml"
+    scenario.write_text(
+        "spill: lru\nmodels:\n"
+        "  - {name: a, latency: {model: constant, ms: 6}, kv: {tokens: 4000}}\n"
+        "  - {name: b, latency: {model: constant, ms: 28}, kv: {tokens: 5000}}\n"
+        "router: {program: markov, P: [[0.65, 0.35], [1.0, 0.0]], C: [[1.0, 0.0], [1.0, 0.0]]}\n"
+        "workload: {preset: short-reasoning, concurrency: 8}\n"
+    )
+    args = ["simulate", "--scenario", str(scenario), "--tokens", "2000", "--json"]
+    kv = json.loads(CliRunner().invoke(app, [*args, "--kv-tokens", "3000"]).output)["extra"]["kv"]
+    assert kv["spill"] == "lru" and [m["capacity_tokens"] for m in kv["models"]] == [2992, 2992]  # was cost
+    kv = json.loads(CliRunner().invoke(app, [*args, "--kv-tokens", "3000", "--spill", "cost"]).output)["extra"]["kv"]
+    assert kv["spill"] == "cost"
