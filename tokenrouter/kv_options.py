@@ -5,7 +5,8 @@ block size, sequence limit and spill policy, turned into a ``trsim.kv.KVSimConfi
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -41,9 +42,10 @@ class KVFlags:
         return self.tokens is not None or self.blocks is not None
 
 
-def apply_kv_flags(config: SimConfig, flags: KVFlags) -> SimConfig:
+def apply_kv_flags(config: SimConfig, flags: KVFlags, scenario_file: Path | None = None) -> SimConfig:
     """``config`` with the flags' KV caches (replacing a scenario's, whose ``spill`` holds unless ``--spill`` is
-    given) or spill policy; unchanged without flags."""
+    given) or spill policy; unchanged without flags. ``auto`` reads the capacity a model's latency profile in
+    ``scenario_file`` recorded, as ``tokens: auto`` in the scenario does, else the roofline's."""
     from trcore import spill_policy
     from trsim.kv import KVSimConfig
 
@@ -61,12 +63,12 @@ def apply_kv_flags(config: SimConfig, flags: KVFlags) -> SimConfig:
         if config.kv is None:
             raise ConfigError("--spill", "needs a KV cache: give --kv-tokens or --kv-blocks (or scenario kv sections)")
         return replace(config, kv=KVSimConfig(config.kv.budgets, flags.spill))
-    budgets = tuple(_budgets(config, flags))
+    budgets = tuple(_budgets(config, flags, scenario_file))
     spill = flags.spill or (config.kv.spill if config.kv is not None else "cost")  # a scenario's spill: stays
     return replace(config, kv=KVSimConfig(budgets, spill))
 
 
-def _budgets(config: SimConfig, flags: KVFlags) -> list[object]:
+def _budgets(config: SimConfig, flags: KVFlags, scenario_file: Path | None) -> list[object]:
     from trsim.kv import make_budget
 
     if flags.tokens is not None and flags.blocks is not None:
@@ -82,9 +84,23 @@ def _budgets(config: SimConfig, flags: KVFlags) -> list[object]:
         blocks = None if option == "--kv-tokens" else value
         if blocks == "auto":
             raise ConfigError(option, "'auto' is for --kv-tokens")
-        source = (config.latency[m], None)
+        source = (config.latency[m], _profile(config, scenario_file, m) if value == "auto" else None)
         budgets.append(make_budget(tokens, blocks, flags.block_size, flags.max_seqs, source, option))  # type: ignore[arg-type]
     return budgets
+
+
+def _profile(config: SimConfig, scenario_file: Path | None, model: int) -> Any:
+    """Model ``model``'s latency profile in ``scenario_file``; None without one (or where the scenario's baseline
+    left fewer models than the file lists)."""
+    from trsim.profile import load_profile
+    from trsim.scenario import load_scenario
+
+    if scenario_file is None:
+        return None
+    models = load_scenario(scenario_file).models
+    if len(models) != config.num_models or not models[model].latency.profile:
+        return None
+    return load_profile(scenario_file.parent / str(models[model].latency.profile))
 
 
 def _per_model(text: str, num_models: int, option: str) -> list[int | str]:

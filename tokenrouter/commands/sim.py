@@ -171,7 +171,7 @@ def simulate(
         raise ConfigError("--thresholds", f"{adaptive}the {chosen} baseline sets its own thresholds")
     if thresholds is not None and thresholds != "adaptive":
         refuse_thresholds_above_concurrency(config)
-    config = apply_kv_flags(config, KVFlags(kv_tokens, kv_blocks, kv_block_size, kv_max_seqs, spill))
+    config = apply_kv_flags(config, KVFlags(kv_tokens, kv_blocks, kv_block_size, kv_max_seqs, spill), scenario)
     if baseline is not None:
         config = apply_baseline(config, baseline)
     if replicas is not None:
