@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +28,13 @@ from trserve.frontend.responses import Provenance, ResponseFormat, to_json
 from trserve.frontend.sse import EventStream
 from trserve.frontend.streaming import ClientGone, GenerationFailed, collect, events_with_text, first_event
 from trserve.frontend.text import TextStream
+
+#: Text longer than this (characters) is tokenized on a thread of its own, which the tokenizer's Rust code runs
+#: beside the event loop: a prompt of 1 MB (the default body limit) takes about a second to encode, and on the
+#: loop it stalled every stream for as long. Shorter text is encoded inline, where a thread hop would cost more.
+LONG_TEXT_CHARS = 16_384
+#: One thread: long prompts are encoded one at a time, never concurrently on the shared tokenizer.
+_TOKENIZE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenrouter-tokenize")
 
 
 @dataclass
@@ -94,7 +103,10 @@ def create_app(ctx: ServerContext) -> Any:
     async def completions(body: CompletionRequest, request: Request) -> Response:
         prompt = body.one_prompt
         try:
-            ids = ctx.tokenizer.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
+            if isinstance(prompt, str):
+                ids = await _encode(ctx.tokenizer.encode, prompt, len(prompt))
+            else:
+                ids = [int(t) for t in prompt]
         except Exception as exc:  # text the tokenizer cannot take (e.g. a lone surrogate, "\ud800", in the JSON)
             raise APIError(400, f"prompt: the tokenizer cannot encode it: {exc}", param="prompt") from None
         return await _generate(ctx, request, body, ids, body.max_tokens, chat=False)
@@ -103,7 +115,7 @@ def create_app(ctx: ServerContext) -> Any:
     async def chat(body: ChatCompletionRequest, request: Request) -> Response:
         messages = [{"role": m.role, "content": m.text()} for m in body.messages]
         try:
-            ids = ctx.tokenizer.encode_chat(messages)
+            ids = await _encode(ctx.tokenizer.encode_chat, messages, sum(len(m["content"]) for m in messages))
         except Exception as exc:  # the model's chat template rejects this conversation (e.g. role order)
             raise APIError(400, f"messages: the chat template cannot render them: {exc}", param="messages") from None
         return await _generate(ctx, request, body, ids, body.output_limit, chat=True)
@@ -142,6 +154,13 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         return error_response(exc.status_code, str(exc.detail), "not_found" if exc.status_code == 404 else "error")
+
+
+async def _encode(encode: Callable[[Any], list[int]], text: Any, num_chars: int) -> list[int]:
+    """``encode(text)``, on the tokenizing thread when the text is long (see :data:`LONG_TEXT_CHARS`)."""
+    if num_chars <= LONG_TEXT_CHARS:
+        return encode(text)
+    return await asyncio.get_running_loop().run_in_executor(_TOKENIZE, encode, text)
 
 
 def _is_type_name(part: str) -> bool:
