@@ -14,6 +14,30 @@ from trcore.step import Routing, StepResult
 TRACE_KEY = "trace_index"
 
 
+def checked_decisions(traces: object, num_models: int) -> list[dict[int, list[tuple[int, bool]]]]:
+    """``traces`` as trace replay reads them (``traces[t][m]``: model ``m``'s ``(destination, kept)`` decisions),
+    model keys as integers (a config that travelled as JSON has them as strings); anything else is a ConfigError
+    naming ``trace.traces`` (a file name is not read here: the simulator's scenario ``router.file`` loads one)."""
+    if isinstance(traces, str | bytes) or not isinstance(traces, Sequence) or not traces:
+        got = f"{type(traces).__name__} {traces!r}"[:80]
+        raise ConfigError("trace.traces", f"needs recorded decisions, a non-empty list of {{model: [[destination, "
+                          f"kept], ...]}} per request (trcore.traces.replay_decisions), got {got}")  # fmt: skip
+    out = []
+    for t, per_model in enumerate(traces):
+        try:
+            decisions = {int(m): [(int(d), bool(k)) for d, k in steps] for m, steps in dict(per_model).items()}
+        except (TypeError, ValueError):
+            decisions = {-1: []}
+        bad = [d for m, steps in decisions.items() for d, _ in steps if not 0 <= d < num_models] or [
+            m for m in decisions if not 0 <= m < num_models
+        ]
+        if bad:
+            raise ConfigError("trace.traces", f"trace {t}: expected {{model: [[destination, kept], ...]}} with "
+                              f"models 0..{num_models - 1}, got {str(per_model)[:80]}")  # fmt: skip
+        out.append(decisions)
+    return out
+
+
 def validate_matrix(name: str, matrix: Sequence[Sequence[float]], size: int, *, stochastic: bool) -> None:
     """Check a size x size matrix of non-negative entries; rows of a stochastic one sum to 1 (+-1e-9)."""
     if len(matrix) != size or any(len(row) != size for row in matrix):
@@ -113,9 +137,7 @@ class TraceReplayRouter(RoutingProgram):
         traces: Sequence[Mapping[int, Sequence[tuple[int, bool]]]],
     ) -> None:
         super().__init__(model, num_models)
-        if not traces:
-            raise ConfigError("traces", "needs at least one recorded request")
-        self.traces = traces
+        self.traces = checked_decisions(traces, num_models)
         self._positions: dict[str, tuple[int, int]] = {}  # request -> (trace being replayed here, position)
         self._extras: dict[str, dict[str, object]] = {}
         self._num_assigned = 0

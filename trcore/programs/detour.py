@@ -3,6 +3,7 @@ sends single tokens to the large model, which writes that token and hands straig
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections.abc import Iterable
 
@@ -38,9 +39,15 @@ def resolve_router(router: RouterSpec, program: str) -> MLPRouter:
 
 
 def check_threshold(field: str, value: float, low: float = 0.0, high: float = 1.0) -> float:
-    if not low <= value <= high:
-        raise ConfigError(field, f"must be within [{low}, {high}], got {value}")
+    """``value`` as a float within [low, high]; anything else (NaN, ``true``, ``"0.5"``) is a ConfigError."""
+    if not is_number(value) or not low <= value <= high:
+        raise ConfigError(field, f"must be within [{low}, {high}], got {value!r}")
     return float(value)
+
+
+def is_number(value: object) -> bool:
+    """A real number, not a bool (YAML's ``yes`` or ``true`` where a threshold belongs is a mistake, not 1)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 class DetourProgram(RoutingProgram):

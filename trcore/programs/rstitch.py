@@ -7,7 +7,7 @@ import math
 
 from trcore.errors import ConfigError
 from trcore.program import RoutingProgram, register_program
-from trcore.programs.detour import LARGE, SMALL, require_pair
+from trcore.programs.detour import LARGE, SMALL, is_number, require_pair
 from trcore.programs.signals import step_entropies
 from trcore.step import Routing, StepResult
 
@@ -55,6 +55,6 @@ class RStitchProgram(RoutingProgram):
 
 
 def _entropy_threshold(field: str, value: float) -> float:
-    if not (value >= 0 and math.isfinite(value)):
-        raise ConfigError(field, f"must be a finite entropy >= 0 (nats), got {value}")
+    if not (is_number(value) and value >= 0 and math.isfinite(value)):
+        raise ConfigError(field, f"must be a finite entropy >= 0 (nats), got {value!r}")
     return float(value)
