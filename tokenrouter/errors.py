@@ -23,16 +23,38 @@ def fail(message: str) -> NoReturn:
 
 
 def describe_validation_error(exc: Any) -> str:
-    """The first pydantic error as ``field.path: message`` (a ConfigError raised inside a validator: its own line)."""
-    first = exc.errors()[0]
+    """The first pydantic error as ``field.path: message`` (a ConfigError raised inside a validator: its own line).
+    A value that fits no member of a union (``thresholds: autoo``) names every member's want, not the first's."""
+    errors = exc.errors()
+    first = errors[0]
     inner = (first.get("ctx") or {}).get("error")
     if isinstance(inner, ConfigError):
         return str(inner)
-    loc = ".".join(str(p) for p in first.get("loc", ()))
-    msg = str(first.get("msg", "invalid")).removeprefix("Value error, ")
-    if not loc:  # a check across fields: its message names them
-        return msg
-    return f"{loc}: {msg}"
+    loc, msg = tuple(first.get("loc", ())), _message(first)
+    cut = next((i for i, part in enumerate(loc) if _is_union_tag(part)), None)
+    if cut is not None:
+        members = [e for e in errors if len(e["loc"]) > cut and tuple(e["loc"][:cut]) == loc[:cut]]
+        deeper = [e for e in members if len(e["loc"]) > cut + 1]  # the value has this member's shape: its error
+        if deeper:
+            loc, msg = tuple(deeper[0]["loc"]), _message(deeper[0])
+        else:
+            wants = [_message(e).removeprefix("Input should be ") for e in members]
+            loc, msg = loc[:cut], "Input should be " + " or ".join(dict.fromkeys(wants))
+    path = ".".join(str(p) for p in loc if not _is_union_tag(p))
+    return f"{path}: {msg}" if path else msg  # no path: a check across fields, whose message names them
+
+
+def _message(error: Any) -> str:
+    return str(error.get("msg", "invalid")).removeprefix("Value error, ")
+
+
+def _is_union_tag(part: Any) -> bool:
+    """Whether a pydantic error location part names a union's member (``list[int]``, ``float``, ``constrained-int``,
+    a section's class such as ``LengthSpec``), not a field (snake_case, or ``P``, ``P_high``)."""
+    if not isinstance(part, str) or part == "[key]":
+        return False
+    camel = part[:1].isupper() and any(c.islower() for c in part) and "_" not in part
+    return camel or "[" in part or "-" in part or part in ("int", "float", "str", "bool", "dict", "list")
 
 
 def cli_errors(fn: F) -> F:
@@ -57,12 +79,15 @@ def cli_errors(fn: F) -> F:
 
 
 @contextlib.contextmanager
-def named_as_options(*fields: str) -> Iterator[None]:
+def named_as_options(*fields: str, option: str | None = None) -> Iterator[None]:
     """A ConfigError about one of ``fields`` (the library's parameter names, e.g. ``small_layers``) names the
-    command-line option the user typed instead (``--small-layers``)."""
+    command-line option the user typed instead (``--small-layers``); with ``option``, that option, whose value
+    held the field, which the problem then names (``--models: shape: unknown shape 'x'``)."""
     try:
         yield
     except ConfigError as exc:
         if exc.field not in fields:
             raise
+        if option is not None:
+            raise ConfigError(option, f"{exc.field}: {exc.problem}") from None
         raise ConfigError("--" + exc.field.replace("_", "-"), exc.problem) from None

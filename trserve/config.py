@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, Strict, field_validator, model_validator
 
 from trcore.adaptive_config import AdaptiveConfig
 from trcore.errors import ConfigError
 from trcore.policy import check_tables
 from trserve.model_config import ClusterConfig, ModelConfig, StrictSection, check_cluster, check_memory, check_models
 from trserve.pairs.fill import apply_pair
+from trsim.yaml_text import load_yaml, read_utf8
 
 Mode = Literal["routed", "lockstep", "per-token"]
 #: ``hash`` is a deterministic stand-in engine for tests of the serving machinery (see trserve.engine.hash);
@@ -104,7 +105,8 @@ class BatchingConfig(StrictSection):
     ``max_num_seqs``)."""
 
     thresholds: list[int] | Literal["auto", "adaptive"] | None = None
-    tables: list[dict[int, int]] | None = None
+    #: Keys are active counts: JSON (a run's spec, ``--print-config``'s YAML) writes them as strings, read back.
+    tables: list[dict[Annotated[int, Strict(False)], int]] | None = None
     max_wait_ms: float | None = Field(20.0, ge=0)
     max_batch: int | None = Field(None, ge=1)
     auto: AutoThresholdsConfig = AutoThresholdsConfig()
@@ -188,7 +190,8 @@ class ServeConfig(StrictSection):
     batching: BatchingConfig = BatchingConfig()
     server: ServerConfig = ServerConfig()
     memory: MemoryConfig = MemoryConfig()
-    seed: int = 0
+    #: The engines' seed: vLLM seeds numpy's global generator with it, which takes 0..2**32-1 only.
+    seed: int = Field(0, ge=0, le=2**32 - 1)
     top_logprobs: int = Field(20, ge=0)
     #: None: every process on this machine (Ray is never imported); else the Ray cluster that hosts the workers.
     cluster: ClusterConfig | None = None
@@ -255,9 +258,8 @@ def load_config(path: str | Path, pair: str | None = None) -> ServeConfig:
     """Read and validate a YAML serve config (pydantic errors name the field); ``pair`` replaces its ``pair:``."""
     import yaml
 
-    text = Path(path).read_text()
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(read_utf8(path, "config"))
     except yaml.YAMLError as exc:
         raise ConfigError("config", f"{path} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):

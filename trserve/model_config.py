@@ -16,9 +16,10 @@ MAX_TOKEN_COUNT = 2**63 - 1
 
 
 class StrictSection(BaseModel):
-    """A section of the serve config: an unknown field is an error and the values are frozen."""
+    """A section of the serve config: an unknown field is an error, a value of another type is one too (``strict``:
+    ``true`` or ``"8"`` where a number belongs is refused, not converted), and the values are frozen."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
 class PlacementConfig(StrictSection):

@@ -22,7 +22,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from trcore import BatchingPolicy, ConfigError
@@ -42,6 +41,7 @@ from trsim.scenario_types import Strict as _Strict
 from trsim.scenario_types import length_dist as _length
 from trsim.signals import SignalConfig
 from trsim.workload import PRESETS, WorkloadConfig, preset
+from trsim.yaml_text import load_yaml_file
 
 
 class ModelSpec(_Strict):
@@ -137,12 +137,7 @@ def scenario_phases(scenario: Scenario) -> list[PhaseSpec]:
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file."""
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError("scenario", f"{path}: invalid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    data = load_yaml_file(path, "scenario")
     if not isinstance(data, dict):
         raise ConfigError("scenario", f"{path}: must be a mapping with at least 'models'")
     return Scenario.model_validate(data)

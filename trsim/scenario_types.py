@@ -15,9 +15,10 @@ Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
 class Strict(BaseModel):
-    """Unknown keys are errors; values are frozen."""
+    """Unknown keys are errors, and so are values of another type (``strict``: ``true`` or ``"16"`` where a number
+    belongs is refused, not converted); values are frozen."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
 class LengthSpec(Strict):
@@ -53,7 +54,7 @@ class KVSpec(BaseModel):
     engine recorded, else the roofline's HBM figure) or ``blocks``; ``block_size`` and ``max_seqs`` default to
     the profile's engine record, else 16 and no limit."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
     tokens: Annotated[int, Field(ge=1)] | Literal["auto"] | None = None
     blocks: int | None = Field(default=None, ge=1)
     block_size: int | None = Field(default=None, ge=1)

@@ -32,7 +32,9 @@ def apply_pair(data: dict[str, Any]) -> dict[str, Any]:
     data = dict(data)
     models = data.get("models") if isinstance(data.get("models"), list) else []
     order = pair_order(models, pair)
-    data["router"] = _router(dict(data.get("router") or {}), pair, order)
+    router = data.get("router") or {}
+    if isinstance(router, dict) and isinstance(router.get("params") or {}, dict):  # else: validation names it
+        data["router"] = _router(dict(router), pair, order)
     if data.get("backend") == "emulated" and models:
         data["models"] = [_emulated(m, i, k, pair) for i, (m, k) in enumerate(zip(models, order, strict=True))]
     return data
