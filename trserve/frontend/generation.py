@@ -99,12 +99,13 @@ class Generation:
         return None
 
     def finish_reason(self) -> str | None:
-        """Why the committed output is complete ("length" or "stop"), or None while it may go on."""
+        """Why the committed output is complete ("length" or "stop"), or None while it may go on. A stop token
+        that is also the last token allowed is "stop", as the workers' ``Finished`` and vLLM's check say."""
         spec, n = self.spec, len(self.output)
-        if n >= spec.max_tokens:
-            return "length"
         if n > spec.min_tokens and self.output[-1] in spec.stop_token_ids:
             return "stop"
+        if n >= spec.max_tokens:
+            return "length"
         return None
 
     def resume(self, num_models: int, entry: int) -> tuple[int, PeerReq]:

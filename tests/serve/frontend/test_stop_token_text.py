@@ -1,5 +1,5 @@
-"""A stop token's text on the hash server: ``stop_token_ids`` end the answer as vLLM's server does, the token
-counted in ``usage`` and ``token_ids`` but its text left out, streamed or not."""
+"""A stop token ends the answer as vLLM's server does: counted in ``usage`` and ``token_ids`` but its text left out,
+streamed or not (on the hash server), and a stop however many tokens were allowed."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from tests.serve.server_fixtures import MODEL, Served, wait_idle
+from trcore import RequestSpec
+from trserve.frontend.generation import Generation
 
 pytestmark = pytest.mark.serve
 
@@ -44,3 +46,14 @@ def test_a_stop_tokens_text_is_left_out_of_the_answer(hash_server: Served):
     stream_body = {**BODY, "stop_token_ids": [stop], "stream": True, "stream_options": {"include_usage": True}}
     assert streamed_text(hash_server, stream_body) == (choice["text"], "stop", cut["usage"])
     wait_idle(hash_server)
+
+
+def test_a_stop_token_as_the_last_token_allowed_is_a_stop_after_a_restart_too() -> None:
+    # the worker's Finished says "stop" for it (runtime/reports.py), and vLLM checks stop tokens before the length;
+    # a request whose end report a crash lost was finished by the front end's own check, which said "length"
+    spec = RequestSpec("r", num_prompt_tokens=1, max_tokens=3, stop_token_ids=frozenset({9}))
+    gen = Generation(spec, [1], {})
+    gen.accept(0, (5, 6, 9))
+    assert gen.finish_reason() == "stop"
+    gen.output[-1] = 7
+    assert gen.finish_reason() == "length"
