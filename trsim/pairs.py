@@ -6,7 +6,6 @@ in :mod:`trsim.pair_schema`.
 from __future__ import annotations
 
 import json
-from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from trserve.paths import SHAPES_DIR, folders_without_pair_file, pair_dir, pair_
 from trsim.pair_identity import DIM_FIELDS
 from trsim.pair_schema import Dims, PairSpec
 from trsim.shapes import load_shape
+from trsim.yaml_text import load_yaml
 
 #: The pair each tool uses when none is named: the local CPU pair (serving) and the paper's (analytic tools).
 LOCAL_PAIR = "local-smollm2"
@@ -129,29 +129,10 @@ def unknown_pair(name: str, field: str) -> ConfigError:
     return ConfigError(field, f"unknown pair {name!r}{hint}; valid: {', '.join(pair_names())}")
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (PyYAML keeps the last one silently)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
-            if not isinstance(key, Hashable):
-                continue  # SafeLoader's own error names the unhashable key
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} given twice in one mapping", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
 def read_pair_file(path: Path) -> PairSpec:
     """A ``pair.yaml`` validated: its name must match its folder, every file it names must exist."""
     try:
-        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
+        data = load_yaml(path.read_text())  # a SafeLoader: no arbitrary objects; a key given twice refused
         spec = PairSpec.model_validate(data)
     except UnicodeDecodeError as exc:
         raise ConfigError(str(path), f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None

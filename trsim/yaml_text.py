@@ -1,11 +1,13 @@
-"""YAML as the config files are read (a serve config, a scenario): PyYAML's safe loader, whose YAML 1.1 reads
-``1e5`` or ``1.0e5`` as text (it wants a dot and a signed exponent, ``1.0e+5``), with YAML 1.2's floats added, so
-that a number written in exponent form is a number. Config values are strict (no text is converted to a number),
-so without this ``time_s: 1e300`` or ``startup_timeout_s: 6e2`` would be refused as text."""
+"""YAML as the config files are read (a serve config, a scenario, a pair.yaml): PyYAML's safe loader, whose YAML
+1.1 reads ``1e5`` or ``1.0e5`` as text (it wants a dot and a signed exponent, ``1.0e+5``), with YAML 1.2's floats
+added, so that a number written in exponent form is a number (config values are strict: no text is converted to
+a number, so ``time_s: 1e300`` would be refused as text), and a key given twice in one mapping refused (PyYAML
+keeps the last one silently: a second ``server:`` section replaced the first)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,23 @@ from trcore.errors import ConfigError
 
 
 class NumberLoader(yaml.SafeLoader):
-    """The safe loader with exponent-form floats (``1e5``, ``2.5E-3``, ``.5e2``) read as floats."""
+    """The safe loader with exponent-form floats (``1e5``, ``2.5E-3``, ``.5e2``) read as floats, refusing a key
+    given twice in one mapping."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            if not isinstance(key, Hashable):
+                continue  # SafeLoader's own error names the unhashable key
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice in one mapping", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 NumberLoader.add_implicit_resolver(

@@ -73,3 +73,14 @@ def test_a_length_no_member_of_its_union_takes_names_the_field_not_pydantics_tag
     path.write_text(text)
     result = CliRunner().invoke(app, ["simulate", "--scenario", str(path)])
     assert result.exit_code == 2 and result.stderr.startswith(f"error: {words}"), result.stderr
+
+
+def test_a_key_given_twice_is_refused_not_the_last_one_kept(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(TEMPLATE.format(**BASE) + "run: {tokens: 3000}\n")
+    result = CliRunner().invoke(app, ["simulate", "--scenario", str(path)])
+    assert result.exit_code == 2, result.output
+    assert (
+        result.stderr.strip()
+        == f"error: scenario: {path}: invalid YAML at line 9: key 'run' given twice in one mapping"
+    )

@@ -102,3 +102,10 @@ def test_a_number_in_exponent_form_is_a_number(tmp_path):
     assert result.exit_code == 0, result.output
     server = yaml.safe_load(result.output)["server"]
     assert server["startup_timeout_s"] == 600.0 and server["stall_timeout_s"] == 150.0
+
+
+def test_a_key_given_twice_is_refused_not_the_last_one_kept(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(EMULATED) + "server: {port: 9000}\nserver: {host: 127.0.0.1}\n")
+    result = CliRunner().invoke(app, ["serve", "--config", str(path), "--print-config"])
+    assert result.exit_code == 2 and "key 'server' given twice in one mapping" in result.output, result.output
