@@ -17,7 +17,7 @@ import typer
 
 from tokenrouter import options as opt
 from tokenrouter.commands.analytic_view import optimize_dict, print_optimize, print_throughput, result_dict
-from tokenrouter.errors import cli_errors
+from tokenrouter.errors import cli_errors, named_as_options
 from trcore.errors import ConfigError, NotIrreducibleError
 from trcore.routers import validate_keep_matrix
 
@@ -186,7 +186,8 @@ def _roofline_or_number(entry: str, model: int, quantum_ms: float, as_models: bo
         return _latency_entry(opt.parse_vector(entry, "--latency-ms")[0], model, quantum_ms)
     from trsim.roofline import parse_roofline_spec
 
-    roofline = parse_roofline_spec(entry)
+    with named_as_options("latency", "hardware", "shape", "tp", "dtype", option="--latency-ms"):
+        roofline = parse_roofline_spec(entry)
     if as_models:
         return roofline
     table = [1000 * roofline.predict(b, b * ROOFLINE_CONTEXT, 0) for b in range(1, ROOFLINE_TABLE_SIZE + 1)]

@@ -11,7 +11,8 @@ from typing import Any
 import typer
 
 from tokenrouter import options as opt
-from tokenrouter.errors import cli_errors
+from tokenrouter.commands.plan_checks import check_device, check_inputs, node_gpus, parse_models
+from tokenrouter.errors import cli_errors, named_as_options
 from tokenrouter.jobs import RAY_ADDRESS_OPTION, job_runner
 from trcore.errors import ConfigError
 
@@ -37,7 +38,8 @@ def latency(
             raise ConfigError(option, f"must be >= 1, got {value}")
     if context < 0 or extend < 0:
         raise ConfigError("--context", "context and extend tokens must be >= 0")
-    model = RooflineModel(hardware, shape, tp, dtype)
+    with named_as_options("hardware", "shape", "dtype", "tp"):
+        model = RooflineModel(hardware, shape, tp, dtype)
     model.check_tp("--tp")
     cost = model.cost(batch, batch * context, extend)
     out = {
@@ -61,10 +63,6 @@ def latency(
             f"note: {out['weights_gb_per_gpu']:.1f} GB of weights per GPU leave no KV cache in 90% of the "
             f"{model.device.name}'s {model.device.memory_bytes / 1e9:.0f} GB: it does not fit; raise --tp"
         )
-
-
-#: The most GPUs ``plan`` searches (one node; 64 take about 20 s, 1,000 did not finish in minutes).
-MAX_NODE_GPUS = 64
 
 
 @cli_errors
@@ -117,14 +115,14 @@ def plan(
         raise ConfigError(given[0], "sets the open loop, which --open-loop-top 0 turns off; drop one of them")
     if models is not None and P is not None and C is not None and opt.given(ctx, "pair"):
         raise ConfigError("--pair", "gives the shapes, P and C, which --models, --P and --C all replace; drop one")
-    _check_dtype(hardware, dtype)
+    check_device(hardware, dtype)
     models = models or _pair_models(pair)
     P, C, _ = opt.pair_defaults(pair, P, C, "unused")
     cfg = PlanConfig(
         hardware=hardware,
         dtype=dtype,
-        num_gpus=_node_gpus(gpus),
-        models=_parse_models(models),
+        num_gpus=node_gpus(gpus),
+        models=parse_models(models),
         P=tuple(map(tuple, opt.parse_matrix(P, "--P"))),
         C=tuple(map(tuple, opt.parse_matrix(C, "--C"))),
         concurrencies=tuple(opt.parse_ints(concurrency, "--concurrency")),
@@ -154,7 +152,7 @@ def plan(
         raise ConfigError(
             "--open-run-s", f"must be a finite number of seconds > 0, at most {MAX_SPAN_S:g}, got {open_run_s}"
         )
-    _check_inputs(cfg)
+    check_inputs(cfg, "--models" if opt.given(ctx, "models") else "--pair")
     with job_runner(workers, ray_address, "--workers") as runner:
         result = _run_with_progress(cfg, runner, quiet=as_json)
     if out is not None:
@@ -212,28 +210,6 @@ def _pair_models(name: str) -> str:
     return ",".join(f"{m.name}={m.shape}" for m in spec.models)
 
 
-def _parse_models(text: str) -> dict[str, str]:
-    pairs = [part.split("=", 1) for part in text.split(",") if part.strip()]
-    if not pairs or any(len(p) != 2 or not p[0].strip() or not p[1].strip() for p in pairs):
-        raise ConfigError("--models", f"expected name=shape,name=shape, got {text!r}")
-    names = [name.strip() for name, _ in pairs]
-    if len(names) < 2:
-        raise ConfigError("--models", f"routing needs at least two models, got {names}")
-    if len(set(names)) != len(names):
-        raise ConfigError("--models", f"each model needs its own name, got {names}")
-    return {name.strip(): shape.strip() for name, shape in pairs}
-
-
-def _check_dtype(hardware: str, dtype: str) -> None:
-    from trsim.hardware import load_hardware
-
-    device = load_hardware(hardware)
-    try:
-        device.peak_flops(dtype)
-    except ConfigError as exc:
-        raise ConfigError("--dtype", exc.problem) from None
-
-
 def _target_ms(value: float, option: str) -> float | None:
     """A latency target in ms (0: none)."""
     if not (math.isfinite(value) and value >= 0):
@@ -244,33 +220,11 @@ def _target_ms(value: float, option: str) -> float | None:
 def _threshold_candidates(text: str | None, models: str) -> list[tuple[int, ...]]:
     from trsim.plan import default_thresholds
 
-    num = len(_parse_models(models))
+    num = len(parse_models(models))
     grid = default_thresholds(num) if text is None else opt.parse_threshold_grid(text, num)
     if not grid:
         raise ConfigError("--thresholds", "give explicit candidates, e.g. '1,1;2,1' ('all' is too many to plan)")
     return grid
-
-
-def _node_gpus(gpus: int) -> int:
-    """``--gpus``: one node's, 1..:data:`MAX_NODE_GPUS` (the search grows with every split of them)."""
-    if not 1 <= gpus <= MAX_NODE_GPUS:
-        raise ConfigError("--gpus", f"one node's GPUs, 1..{MAX_NODE_GPUS} (nodes are not planned together), got {gpus}")
-    return gpus
-
-
-def _check_inputs(cfg: Any) -> None:
-    """Fail on bad names and matrices before any worker starts."""
-    from trcore.routers import validate_matrix
-    from trsim.hardware import load_hardware
-    from trsim.shapes import load_shape
-    from trsim.workload import preset
-
-    load_hardware(cfg.hardware)
-    for shape in cfg.models.values():
-        load_shape(shape)
-    preset(cfg.workload)
-    validate_matrix("--P", cfg.P, len(cfg.models), stochastic=True)
-    validate_matrix("--C", cfg.C, len(cfg.models), stochastic=False)
 
 
 def _run_with_progress(cfg: Any, runner: Any, quiet: bool) -> dict[str, Any]:

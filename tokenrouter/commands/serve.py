@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from tokenrouter import options as opt
-from tokenrouter.errors import cli_errors
+from tokenrouter.errors import cli_errors, named_as_options
 
 PAIR_OPTION = typer.Option(
     None, "--pair", help="Model pair (models/<pair>/): its default config, or the pair of --config [local-smollm2]."
@@ -79,7 +79,9 @@ def serve(
         return
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     say = lambda line: typer.echo(f"tokenrouter: {line}", err=True)  # noqa: E731
-    status = eventloop.run(run_server(cfg, report=say, probe=_drift_probe))
+    flagged = ("cluster.address",) if ray_address is not None else ()  # the address the user typed
+    with named_as_options(*flagged, option="--ray-address"):
+        status = eventloop.run(run_server(cfg, report=say, probe=_drift_probe))
     if status:
         raise typer.Exit(status)
 

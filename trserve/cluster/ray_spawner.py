@@ -16,6 +16,7 @@ import logging
 import socket
 from typing import Any
 
+from trcore.errors import ConfigError
 from trserve.cluster.bundles import Bundle, bundles_of, describe, label_selectors
 from trserve.cluster.handles import LOG_TAIL_LINES, ClusterError, LaunchOrder
 from trserve.cluster.host import WorkerHost
@@ -26,22 +27,49 @@ log = logging.getLogger(__name__)
 
 #: The exit status reported for a worker whose actor (or node) died under it.
 ACTOR_LOST = -1
+#: The serve config's field of the cluster's address.
+FIELD = "cluster.address"
 #: How long a call that should answer at once (log tail, start-up facts) may take.
 CALL_TIMEOUT_S = 30.0
 
 
-def _check_reachable(address: str) -> None:
-    """Fail at once on a ``host:port`` nobody listens on (Ray itself would retry for minutes)."""
+def _unanswered(address: str) -> str | None:
+    """Why nothing answers at ``host:port`` (None: something listens there, or ``address`` is not a host:port)."""
     host, sep, port = address.rpartition(":")
-    if address == "auto" or "://" in address or not sep or not port.isdigit():
-        return
+    if "://" in address or not sep or not port.isdigit():
+        return None
     try:
         socket.create_connection((host, int(port)), timeout=5.0).close()
     except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def _check_reachable(address: str) -> None:
+    """Fail at once on a ``host:port`` nobody listens on (Ray itself would retry for minutes)."""
+    reason = None if address == "auto" else _unanswered(address)
+    if reason is not None:
         raise ClusterError(
-            f"cluster.address {address!r}: no Ray cluster answers there ({exc.strerror or exc}); "
+            f"cluster.address {address!r}: no Ray cluster answers there ({reason}); "
             "start one with `ray start --head` or set cluster.address / --ray-address"
-        ) from None
+        )
+
+
+def check_address(address: str) -> None:
+    """ConfigError naming ``cluster.address`` when no Ray cluster answers at it (``auto``: when none is found, as
+    ``ray.init`` finds one), for ``serve`` to refuse before anything starts. A client address (``ray://``) is left
+    to Ray."""
+    found = ""
+    if address == "auto":
+        from ray._private.services import canonicalize_bootstrap_address_or_die  # how ray.init reads 'auto'
+
+        try:
+            address, found = canonicalize_bootstrap_address_or_die("auto"), ", found by 'auto'"
+        except (ConnectionError, ValueError):
+            raise ConfigError(FIELD, "auto: no running Ray cluster found (`ray start --head` starts one)") from None
+    reason = _unanswered(address)
+    if reason is not None:
+        raise ConfigError(FIELD, f"no Ray cluster answers at {address}{found} ({reason})")
 
 
 def connect(cluster: ClusterConfig) -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 from trcore.errors import ConfigError
 from trserve.cluster.bundles import cluster_placements
 from trserve.cluster.handles import Spawner
-from trserve.cluster.ray_spawner import RaySpawner
+from trserve.cluster.ray_spawner import RaySpawner, check_address
 from trserve.config import ServeConfig
 from trserve.engine.stand_in_tokenizer import load_tokenizer
 from trserve.frontend.app import ServerContext, create_app
@@ -112,6 +112,8 @@ async def serve(cfg: ServeConfig, report: Report | None = None, probe: DriftProb
     import uvicorn
 
     check_listen(cfg.server.host, cfg.server.port)
+    if cfg.cluster is not None:  # Ray would retry an address nobody answers at for minutes, workers waiting
+        check_address(cfg.cluster.address)
     run_dir = tempfile.mkdtemp(prefix="tokenrouter-")
     log_dir = Path(cfg.server.log_dir) if cfg.server.log_dir else Path(run_dir)
     log_dir.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@ a config asks Ray for, and a worker's placement on its node (no Ray here)."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -127,3 +128,27 @@ def test_each_replica_gets_a_bundle_of_its_own():
     bundles = bundles_of(cfg.cluster, list(zip(names, cluster_placements(cfg), strict=True)))
     assert names == ["small-r0", "small-r1", "small-r2", "large"]
     assert bundles == [{"CPU": 2, "GPU": 1, "small_node": 1}] * 3 + [{"CPU": 2, "GPU": 2}]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("flag", "named"),
+    [
+        (True, "error: --ray-address: cluster.address: no Ray cluster answers at"),
+        (False, "error: cluster.address: no Ray cluster answers at"),
+    ],
+)
+def test_no_ray_cluster_at_the_address_is_one_line_and_exit_2_before_anything_starts(tmp_path, flag, named):
+    """As sweep and plan answer it: no 'starting workers' line, no worker, no Ray retrying for minutes."""
+    dead = f"127.0.0.1:{_free_port()}"  # nothing listens there
+    path = tmp_path / "c.yaml"  # emulated engines: the run would get as far as starting its workers
+    emulated = yaml.safe_load((Path(__file__).resolve().parents[3] / "configs" / "emulated-r2r-a100.yaml").read_text())
+    path.write_text(yaml.safe_dump({**emulated, **({} if flag else {"cluster": {"address": dead}})}))
+    result = _serve("--config", str(path), "--port", str(_free_port()), *(["--ray-address", dead] if flag else []))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [f"{named} {dead} (Connection refused)"]
