@@ -134,7 +134,7 @@ def test_pair_fills_router_statistics_and_latencies_and_the_config_wins() -> Non
 
 
 def test_a_pool_or_overlap_beside_no_step_time_gets_the_pairs_step_time_and_keeps_them() -> None:
-    """An ``emulated`` section that sets only a KV pool (or ``overlap``) leaves the step time out, as no section does."""
+    """An ``emulated`` section setting only a KV pool (or ``overlap``) leaves the step time out, as no section does."""
     models = [{"name": "small", "emulated": {"kv_tokens": 4096}}, {"name": "large", "emulated": {"overlap": False}}]
     cfg = ServeConfig.model_validate(
         {"pair": "r2r-qwen-1.5b-32b", "backend": "emulated", "models": models, "router": {"program": "markov"}}
