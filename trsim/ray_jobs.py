@@ -86,7 +86,7 @@ def cluster_address(address: str) -> str:
         except (ConnectionError, ValueError):
             raise ConfigError(OPTION, "auto: no running Ray cluster found (`ray start --head` starts one)") from None
     host, _, port = address.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not host or not port.isdecimal() or not 0 < int(port) < 65536:
         raise ConfigError(OPTION, f"expected 'auto' or host:port, got {address!r}")
     try:
         socket.create_connection((host, int(port)), timeout=5).close()

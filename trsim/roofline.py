@@ -238,12 +238,14 @@ def parse_roofline_spec(text: str, **params: float) -> RooflineModel:
         raise ConfigError("latency", f"expected roofline:<hardware>:<shape>[:tp<k>][:<dtype>], got {text!r}")
     tp, dtype = 1, "bf16"
     for extra in parts[3:]:
-        if extra.startswith("tp") and extra[2:].isdigit():
+        if extra.startswith("tp") and extra[2:].isdecimal():
             tp = int(extra[2:])
         else:
             dtype_bytes(extra)  # validates, listing the valid dtypes
             dtype = extra
-    return RooflineModel(parts[1], parts[2], tp=tp, dtype=dtype, **params)
+    model = RooflineModel(parts[1], parts[2], tp=tp, dtype=dtype, **params)
+    model.check_tp("tp")  # as `tokenrouter latency --tp` and `plan` refuse it: vLLM would not start
+    return model
 
 
 def max_batch_tokens(model: RooflineModel, memory_fraction: float = 0.9) -> int:

@@ -127,6 +127,7 @@ def test_plan_command_on_the_cluster_prints_one_json_object(ray_cluster):
         (["--ray-address", "127.0.0.1:{port}"], "error: --ray-address: no Ray cluster answers at 127.0.0.1:{port}"),
         (["--ray-address", "head-node"], "error: --ray-address: expected 'auto' or host:port, got 'head-node'"),
         (["--ray-address", "10.0.0.1:99999"], "error: --ray-address: expected 'auto' or host:port"),
+        (["--ray-address", "10.0.0.1:²"], "error: --ray-address: expected 'auto' or host:port"),  # not int()'s digit
         (["--ray-address", "auto", "--jobs", "2"], "error: --jobs: local worker processes and --ray-address"),
         (["--jobs", "0"], "error: --jobs: must be >= 1, got 0"),
     ],

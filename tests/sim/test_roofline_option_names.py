@@ -37,6 +37,8 @@ def test_latency_and_plan_name_the_option_typed(args, line):
         ("roofline:a100-80g:Qwen3-8B:tp0", "tp: must be an integer >= 1, got 0"),
         ("roofline:a100-80g:Qwen3-8B:fp9", "dtype: unknown dtype 'fp9'"),
         ("roofline:a100", "latency: expected roofline:<hardware>:<shape>"),
+        ("roofline:a100-80g:Qwen3-8B:tp3", "tp: Qwen3-8B: tp 3 does not split its 32 attention heads"),  # as --tp
+        ("roofline:a100-80g:Qwen3-8B:tp²", "dtype: unknown dtype 'tp²'"),  # '²' is a digit to str, not to int()
     ],
 )
 def test_a_bad_roofline_spec_names_latency_ms(command, spec, problem):

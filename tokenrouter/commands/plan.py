@@ -189,7 +189,7 @@ def _measured_profile(text: str) -> Any:
 
     name, _, rest = text.partition(":")
     tp, _, path = rest.partition("=")
-    if not name or not tp.isdigit() or not path:
+    if not name or not tp.isdecimal() or not path:
         raise ConfigError("--profile", f"expected NAME:TP=PROFILE.json, got {text!r}")
     if not Path(path).is_file():
         raise ConfigError("--profile", f"{path} is not a file")

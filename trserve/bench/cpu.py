@@ -58,7 +58,7 @@ def role(pid: int) -> str:
         return Path(argv[0]).name or str(pid)
     index = argv[i + 2] if len(argv) > i + 2 else ""
     module = argv[i].rsplit(".", 1)[-1]
-    return f"{module}:{index}" if index.isdigit() else module
+    return f"{module}:{index}" if index.isdecimal() else module
 
 
 def snapshot(server_pid: int) -> dict[str, Any]:

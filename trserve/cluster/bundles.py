@@ -38,7 +38,7 @@ def constraint_of(cluster: ClusterConfig, name: str) -> NodeConstraintConfig:
     if name in cluster.nodes:
         return cluster.nodes[name]
     model, sep, replica = name.rpartition("-r")
-    return cluster.nodes.get(model, NO_CONSTRAINT) if sep and replica.isdigit() else NO_CONSTRAINT
+    return cluster.nodes.get(model, NO_CONSTRAINT) if sep and replica.isdecimal() else NO_CONSTRAINT
 
 
 def bundle_of(cluster: ClusterConfig, name: str, placement: Placement) -> Bundle:

@@ -36,7 +36,7 @@ CALL_TIMEOUT_S = 30.0
 def _unanswered(address: str) -> str | None:
     """Why nothing answers at ``host:port`` (None: something listens there, or ``address`` is not a host:port)."""
     host, sep, port = address.rpartition(":")
-    if "://" in address or not sep or not port.isdigit():
+    if "://" in address or not sep or not port.isdecimal():
         return None
     try:
         socket.create_connection((host, int(port)), timeout=5.0).close()

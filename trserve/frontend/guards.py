@@ -50,7 +50,7 @@ def guard(app: ASGIApp, *, max_body_bytes: int, api_key: str | None, open_paths:
             return
         declared = _header(scope, b"content-length")
         too_big = f"request body exceeds the limit of {max_body_bytes} bytes"
-        if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
+        if declared is not None and declared.isdecimal() and int(declared) > max_body_bytes:
             await _send_error(send, 413, too_big, "request_too_large")
             return
         body, more_messages = await _read_body(receive, max_body_bytes)
