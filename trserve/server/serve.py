@@ -115,9 +115,8 @@ async def serve(cfg: ServeConfig, report: Report | None = None, probe: DriftProb
     if cfg.cluster is not None:  # Ray would retry an address nobody answers at for minutes, workers waiting
         check_address(cfg.cluster.address)
     run_dir = tempfile.mkdtemp(prefix="tokenrouter-")
-    log_dir = Path(cfg.server.log_dir) if cfg.server.log_dir else Path(run_dir)
-    log_dir.mkdir(parents=True, exist_ok=True)
     try:
+        log_dir = _made_log_dir(cfg.server.log_dir, run_dir)
         spec, workers = resolve(cfg, run_dir, say, probe)
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -244,4 +243,20 @@ async def _announce(server: object, cfg: ServeConfig, say: Report) -> None:
     sockets = [s for srv in getattr(server, "servers", []) for s in srv.sockets]
     port = sockets[0].getsockname()[1] if sockets else cfg.server.port
     names = ", ".join(m.name for m in cfg.models)
-    say(f"serving {cfg.server.served_model_name!r} ({cfg.mode}: {names}) on http://{cfg.server.host}:{port}")
+    host = f"[{cfg.server.host}]" if ":" in cfg.server.host else cfg.server.host  # an IPv6 address, as URLs write it
+    say(f"serving {cfg.server.served_model_name!r} ({cfg.mode}: {names}) on http://{host}:{port}")
+
+
+def _made_log_dir(wanted: str | None, run_dir: str) -> Path:
+    """``server.log_dir``, made if missing (None: the run directory); one that cannot be made is a ConfigError
+    naming the field (it was the OSError's bare path, and left the run directory behind)."""
+    if not wanted:
+        return Path(run_dir)
+    path = Path(wanted)
+    if path.exists() and not path.is_dir():
+        raise ConfigError("server.log_dir", f"{wanted!r} is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError("server.log_dir", f"cannot make {wanted!r}: {exc.strerror}") from None
+    return path

@@ -109,3 +109,22 @@ def test_a_key_given_twice_is_refused_not_the_last_one_kept(tmp_path):
     path.write_text(yaml.safe_dump(EMULATED) + "server: {port: 9000}\nserver: {host: 127.0.0.1}\n")
     result = CliRunner().invoke(app, ["serve", "--config", str(path), "--print-config"])
     assert result.exit_code == 2 and "key 'server' given twice in one mapping" in result.output, result.output
+
+
+@pytest.mark.parametrize(("make", "words"), [("file", "is a file, not a folder"), ("under-a-file", "cannot make")])
+def test_a_log_dir_that_cannot_be_made_names_the_field_and_leaves_no_run_dir(tmp_path, monkeypatch, make, words):
+    """It was the OSError's bare path ('error: /etc/passwd: File exists') and left the run directory behind."""
+    import tempfile
+
+    runs = tmp_path / "tmp"
+    runs.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(runs))
+    (tmp_path / "taken").write_text("a file")
+    log_dir = tmp_path / "taken" if make == "file" else tmp_path / "taken" / "logs"
+    data = {**EMULATED, "server": {"log_dir": str(log_dir)}}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = CliRunner().invoke(app, ["serve", "--config", str(path), "--port", "0"])
+    assert result.exit_code == 2 and result.output.startswith("error: server.log_dir: "), result.output
+    assert words in result.output and str(log_dir) in result.output, result.output
+    assert list(runs.iterdir()) == []  # no run directory left behind
