@@ -9,7 +9,7 @@ of the requests each are the whole system (the decomposition the planner uses; s
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from trcore import ConfigError
@@ -86,6 +86,21 @@ def kv_capacities(placement: Placement, models: list[RooflineModel]) -> tuple[in
     if not placement.colocated:
         return tuple(max_batch_tokens(m, MEMORY_FRACTION) for m in models)
     return (kv_capacity_tokens(placement, models),) * len(models)
+
+
+def replica_shares(total: int, replicas: int) -> list[int]:
+    """``total`` requests over ``replicas`` pipelines as the server's least-loaded pinning spreads them:
+    ``total // replicas`` each and one more on ``total % replicas`` of them (8 over 3: 3, 3, 2)."""
+    base, extra = divmod(total, replicas)
+    return [base + 1] * extra + [base] * (replicas - extra)
+
+
+def system_throughput(pipeline: Callable[[int], tuple[float, str]], total: int, replicas: int) -> tuple[float, str]:
+    """The whole placement's throughput at ``total`` requests: ``pipeline(n)`` (tok/s, evaluator) of each
+    replica's share summed, each distinct share evaluated once; the evaluator is the largest share's."""
+    shares = replica_shares(total, replicas)
+    found = {n: pipeline(n) for n in sorted(set(shares))}
+    return sum(found[n][0] for n in shares), found[max(shares)][1]
 
 
 def placements(num_gpus: int, num_models: int, colocation: bool = True) -> Iterator[Placement]:

@@ -21,7 +21,7 @@ from trsim.driver import simulate
 from trsim.hardware import load_hardware
 from trsim.lengths import constant
 from trsim.parallel import JobRunner, LocalRunner, run_jobs
-from trsim.placement import Placement, kv_capacities, kv_capacity_tokens, placements
+from trsim.placement import Placement, kv_capacities, kv_capacity_tokens, placements, replica_shares, system_throughput
 from trsim.plan_alone import Search, beside_routed, fits_nowhere, pair_fits_nowhere
 from trsim.plan_inputs import MeasuredProfile, plan_models, with_stack
 from trsim.plan_memory import confirm_memory_bound, fits_closed_loop, memory_bound
@@ -130,15 +130,16 @@ def closed_loop(cfg: PlanConfig, placement: Placement) -> dict[str, Any]:
     models = plan_models(placement, cfg.hardware, cfg.models, cfg.dtype, cfg.profiles)
     capacity, caps = kv_capacity_tokens(placement, models), kv_capacities(placement, models)
     points = []
-    for total in cfg.concurrencies:
-        n = total // placement.replicas
-        if n < 1 or n * placement.replicas != total or not fits_closed_loop(cfg, caps, n):
+    for total in cfg.concurrencies:  # split over the replicas as the server pins them (8 over 3: 3, 3, 2)
+        shares = replica_shares(total, placement.replicas)
+        if min(shares) < 1 or not fits_closed_loop(cfg, caps, max(shares)):
             continue
         for b in cfg.thresholds:
-            if sum(x - 1 for x in b) < n:
-                tok_s, how = _pipeline_throughput(cfg, models, n, b)
+            if sum(x - 1 for x in b) < min(shares):
+                one = lambda n, b=b: _pipeline_throughput(cfg, models, n, b)  # noqa: E731
+                tok_s, how = system_throughput(one, total, placement.replicas)
                 points.append({"concurrency": total, "thresholds": list(b), "evaluator": how,
-                               "throughput_tok_s": tok_s * placement.replicas})  # fmt: skip
+                               "throughput_tok_s": tok_s})  # fmt: skip
     bound = memory_bound(cfg, placement.replicas, models, caps, workload_of(cfg), _pipeline_throughput)
     return {"placement": placement, "kv_capacity_tokens": capacity, "memory_bound": bound, "points": points}
 
@@ -175,7 +176,8 @@ def confirm(cfg: PlanConfig, row: dict[str, Any]) -> float:
     longer = replace(cfg, seed=cfg.seed + 1, sim_tokens=2 * cfg.sim_tokens)
     if row.get("at_memory_bound"):  # the bound's own evaluation: endless requests holding the resident footprint
         longer = replace(longer, context_tokens=round(row["memory_bound"]["footprint_tokens"]))
-    return _simulated_tok_s(longer, models, row["concurrency"] // p.replicas, row["thresholds"]) * p.replicas
+    return system_throughput(lambda n: (_simulated_tok_s(longer, models, n, row["thresholds"]), "sim"),
+                             row["concurrency"], p.replicas)[0]  # fmt: skip
 
 
 def _map(fn: Callable[..., Any], args: list[tuple[Any, ...]], runner: JobRunner, tick: Callable[[], None]) -> list[Any]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from trcore import ConfigError
 from trsim.parallel import JobRunner
-from trsim.placement import Placement
+from trsim.placement import Placement, system_throughput
 from trsim.plan_inputs import last_model_stack, plan_models
 from trsim.plan_share import break_even, large_share, with_large_share
 
@@ -96,7 +96,8 @@ def routed_at_share(cfg: PlanConfig, n: int, candidates: Candidates, share: floa
     for p, b in candidates:
         models = plan_models(p, cfg.hardware, cfg.models, cfg.dtype, cfg.profiles)
         try:
-            best = max(best, throughput(at, models, n // p.replicas, b)[0] * p.replicas)
+            one = lambda k, models=models, b=b: throughput(at, models, k, b)  # noqa: E731
+            best = max(best, system_throughput(one, n, p.replicas)[0])
         except RuntimeError:  # near share 0 or 1 the chain can be singular (a model all but unreachable): skip it
             continue
     return best

@@ -63,6 +63,19 @@ def test_replicas_multiply_one_pipelines_throughput():
     assert two == pytest.approx(2 * one)
 
 
+def test_replicas_that_do_not_divide_n_carry_the_servers_uneven_shares():
+    # Before: a placement ran only the N its replicas divide, so 3, 5, 6 or 7 replicas never ran the default N
+    # (8, 16, 32, 64) and were left out of every plan unsaid (on 3 GPUs: 3x coloc tp1, the 32B alone 3x tp1).
+    def at(n: int, replicas: int) -> list[dict]:
+        cfg = PlanConfig("a100-80g", 8, R2R, P, C, concurrencies=(n,), thresholds=((1, 1),))
+        return closed_loop(cfg, Placement((1, 2), replicas, False))["points"]
+
+    three = at(8, 3)  # least-loaded pinning: 3, 3 and 2 requests
+    assert [x["concurrency"] for x in three] == [8]
+    one_of_3, one_of_2 = at(3, 1)[0]["throughput_tok_s"], at(2, 1)[0]["throughput_tok_s"]
+    assert three[0]["throughput_tok_s"] == pytest.approx(2 * one_of_3 + one_of_2)
+
+
 def test_max_rate_meets_the_slo_and_the_next_rate_up_does_not():
     short = WorkloadConfig(prompt_tokens=constant(32), output_tokens=constant(24))
     cfg = PlanConfig("h100-sxm", 2, {"s": "Qwen3-0.6B", "l": "Qwen3-4B"}, P, C, workload=short, slo_tpot_ms=15.0,
