@@ -119,7 +119,10 @@ def parse_threshold_grid(text: str, num_models: int, option: str = "--thresholds
     """Threshold vectors separated by ``;`` (``1,1;2,1``), or ``all`` (None: every feasible vector)."""
     if text.strip().lower() == "all":
         return None
-    return [tuple(parse_thresholds(part, num_models, option)) for part in text.split(";") if part.strip()]
+    grid = [tuple(parse_thresholds(part, num_models, option)) for part in text.split(";") if part.strip()]
+    if len(set(grid)) != len(grid):  # each would be run and reported twice
+        raise ConfigError(option, f"a value is given twice: {[list(b) for b in grid]}")
+    return grid
 
 
 def check_positive(value: float | None, option: str) -> None:

@@ -220,3 +220,10 @@ def test_an_infinite_warmup_or_window_is_refused_not_run_forever(args, option):
     # window for ever, crossval likewise after its stack probe; a negative crossval warm-up named warmup_s.
     emulated = ["--config", "configs/emulated-r2r-a100.yaml", "--drift", "skip"]
     refused(run(*args, *emulated), f"{option}: must be a finite number of seconds >= ")
+
+
+def test_a_bench_concurrency_beyond_what_the_models_hold_names_concurrency():
+    # Before: 'server.max_active_requests (128) must not exceed ...', a field the user never set (the bench
+    # raises it to the largest N).
+    args = ["bench", "--config", "configs/emulated-r2r-a100.yaml", "--systems", "tokenrouter-b1", "-n", "4,128"]
+    refused(run(*args), "--concurrency: N = 128 keeps 128 requests active; the config's models hold 64")

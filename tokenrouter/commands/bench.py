@@ -129,6 +129,10 @@ def bench(
     check_systems_fit(base, sys_names)
     if "vllm-server" in sys_names and base.get("backend") != "vllm":
         raise ConfigError("systems", f"vllm-server needs real engines (backend: vllm), not {base.get('backend')!r}")
+    fewest = min(m["max_num_seqs"] * m.get("replicas", 1) for m in base["models"])
+    if max(ns) > fewest and base["mode"] != "per-token":  # else the server.max_active_requests the bench raised
+        raise ConfigError("--concurrency", f"N = {max(ns)} keeps {max(ns)} requests active; the config's models hold "
+                          f"{fewest} (max_num_seqs x replicas): raise their max_num_seqs or lower N")  # fmt: skip
     base["server"]["max_active_requests"] = max(base["server"]["max_active_requests"], max(ns))
     ServeConfig.model_validate(base)
     workload = Workload(

@@ -3,6 +3,7 @@ model and the simulator, and write JSON, a markdown table and a figure (calibrat
 
 from __future__ import annotations
 
+import math
 import shlex
 import sys
 from pathlib import Path
@@ -97,6 +98,7 @@ def crossval(
     ]
     if not choices:
         raise ConfigError("--routers", f"needs at least one router, got {routers!r}")
+    _check_router_options(ctx, [c[0] for c in choices], cfg.num_models)
     if max_tokens is not None and lengths is not None:
         raise ConfigError("--max-tokens", "--lengths draws each request's output length; give one of them")
     max_tokens = 96 if max_tokens is None else max_tokens
@@ -119,6 +121,10 @@ def crossval(
         for name in workloads or [""]:
             if name not in WORKLOADS:
                 raise ConfigError("--workload", f"unknown workload {name!r}; valid: {', '.join(WORKLOADS)}")
+        if len(set(workloads)) != len(workloads):  # it would run twice into the same folder
+            raise ConfigError("--workload", f"a workload is given twice: {workload!r}")
+    if drift == "skip" and opt.given(ctx, "drift_probe"):
+        raise ConfigError("--drift-probe", "places the drift probe, which --drift skip does not run; drop one")
     if drift not in DRIFT_MODES:
         raise ConfigError("--drift", f"unknown mode {drift!r}; valid: {', '.join(DRIFT_MODES)}")
     if drift_probe not in PROBE_PLACEMENTS:
@@ -201,6 +207,32 @@ def _echo_summary(workload: str, doc: dict[str, Any]) -> None:
 
 def _pct(value: float | None) -> str:
     return "–" if value is None else f"{value:.1%}"
+
+
+#: Options that only one router reads: given without it in --routers they would do nothing.
+ROUTER_OPTIONS = {"markov_p": ("--markov-p", "markov"), "markov_c": ("--markov-c", "markov"),
+                  "tau": ("--tau", "rstitch"), "tau_back": ("--tau-back", "rstitch")}  # fmt: skip
+
+
+def _check_router_options(ctx: typer.Context, names: list[str], num_models: int) -> None:
+    """Each router once; the options of a router not in ``names`` are refused (they would be ignored); the
+    markov router's P and C and rstitch's entropies are checked before anything starts."""
+    from tokenrouter import options as opt
+    from trcore.errors import ConfigError
+    from trcore.routers import validate_keep_matrix, validate_matrix
+
+    if len(set(names)) != len(names):  # its cells would run twice under one name
+        raise ConfigError("--routers", f"a router is given twice: {','.join(names)}")
+    for key, (flag, router) in ROUTER_OPTIONS.items():
+        if router not in names and opt.given(ctx, key):
+            raise ConfigError(flag, f"sets the {router} router, which --routers ({','.join(names)}) leaves out")
+    params = ctx.params
+    if "markov" in names:
+        validate_matrix("--markov-p", opt.parse_matrix(params["markov_p"], "--markov-p"), num_models, stochastic=True)
+        validate_keep_matrix(opt.parse_matrix(params["markov_c"], "--markov-c"), num_models, "--markov-c")
+    for key in ("tau", "tau_back"):
+        if "rstitch" in names and not math.isfinite(params[key]):
+            raise ConfigError(ROUTER_OPTIONS[key][0], f"must be a finite entropy, got {params[key]}")
 
 
 def _router(

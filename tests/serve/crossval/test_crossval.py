@@ -74,6 +74,26 @@ def test_bad_workload_and_drift_options_are_one_line_exit_2(args, message):
     assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--thresholds", "1,1;2,1;1,1"], "--thresholds: a value is given twice"),
+     (["--routers", "markov,rstitch,markov"], "--routers: a router is given twice"),
+     (["--workload", "fixed,fixed"], "--workload: a workload is given twice"),
+     (["--routers", "markov", "--tau", "3"], "--tau: sets the rstitch router, which --routers (markov) leaves out"),
+     (["--routers", "rstitch", "--markov-c", "[[1,0],[1,0]]"], "--markov-c: sets the markov router"),
+     (["--markov-p", "[[0.5,0.6],[1,0]]"], "--markov-p: row 0 sums to 1.1"),
+     (["--tau-back", "nan"], "--tau-back: must be a finite entropy"),
+     (["--drift", "skip", "--drift-probe", "serving"], "--drift-probe: places the drift probe, which --drift skip")],
+)  # fmt: skip
+def test_options_that_would_run_twice_or_do_nothing_are_refused_before_any_cell(args, message):
+    # Before: duplicates ran every cell twice under one name (or a workload twice into one folder), a router's
+    # options beside --routers without it, a NaN entropy and the probe's placement under --drift skip were
+    # ignored, and a bad --markov-p was refused as 'P' after the run's first line.
+    result = runner.invoke(app, ["--config", "configs/emulated-r2r-a100.yaml", "--no-stack-probe", *args])
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
 @pytest.mark.serve
 def test_tiny_grid_end_to_end_on_the_local_pair(tmp_path, prepared_pair):
     large, small = map(str, prepared_pair)
