@@ -152,6 +152,9 @@ class WindowEstimate:
 #: The most spans a window should hold: each decision re-reads them all, so its cost grows like the window's
 #: length over the time between decisions, squared (drivers bound that time below by window_s / this).
 MAX_WINDOW_SPANS = 1000
+#: The longest time between decisions, in seconds (the simulator's clock spans at most this; a longer tick never
+#: decides): drivers refuse a ``tick_s`` past it.
+MAX_TICK_S = 1e9
 
 
 class ObservationWindow:

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, Strict, field_validator, model_validator
 
 from trcore.adaptive_config import AdaptiveConfig
+from trcore.adaptive_window import MAX_TICK_S, MAX_WINDOW_SPANS
 from trcore.errors import ConfigError
 from trcore.policy import check_tables
 from trserve.model_config import ClusterConfig, ModelConfig, StrictSection, check_cluster, check_memory, check_models
@@ -51,8 +52,9 @@ class AutoThresholdsConfig(StrictSection):
     drift_probe: DriftProbePlacement = "auto"
 
 
-#: ``batching.adaptive.tick_s``'s floor, and the most spans its window holds (each tick re-reads them all).
-MIN_TICK_S, MAX_WINDOW_SPANS = 0.1, 1000
+#: ``batching.adaptive.tick_s``'s floor (its ceiling and the most spans its window holds: the core's, as the
+#: simulator's).
+MIN_TICK_S = 0.1
 
 
 class AdaptiveThresholdsConfig(StrictSection):
@@ -92,6 +94,8 @@ class AdaptiveThresholdsConfig(StrictSection):
         if self.tick_s < low:
             raise ConfigError("batching.adaptive.tick_s", f"must be >= {low:g} s (at least {MIN_TICK_S} s and "
                               f"window_s / {MAX_WINDOW_SPANS}), got {self.tick_s:g}")  # fmt: skip
+        if not self.tick_s <= MAX_TICK_S:  # a longer tick never decides (the simulator refuses it too)
+            raise ConfigError("batching.adaptive.tick_s", f"must be <= {MAX_TICK_S:g} s, got {self.tick_s:g}")
         return self
 
     def core_knobs(self) -> dict[str, Any]:

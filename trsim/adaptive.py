@@ -14,7 +14,7 @@ import simpy
 
 from trcore import CLIENT, Batch, ConfigError, PeerReq
 from trcore.adaptive import AdaptiveConfig, AdaptiveController, Retune, in_force
-from trcore.adaptive_window import MAX_WINDOW_SPANS, ObservationBuilder
+from trcore.adaptive_window import MAX_TICK_S, MAX_WINDOW_SPANS, ObservationBuilder
 from trsim.clock import MAX_SPAN_S, TICKS_PER_S, to_ticks
 
 #: The shortest time between decisions (a tick of nanoseconds would decide a billion times a simulated second).
@@ -35,8 +35,8 @@ class AdaptiveSimConfig:
     context_tokens: int = 256
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.tick_s) and MIN_TICK_S <= self.tick_s <= MAX_SPAN_S):
-            raise ConfigError("adaptive.tick_s", f"must be in [{MIN_TICK_S}, {MAX_SPAN_S:g}] s, got {self.tick_s}")
+        if not (math.isfinite(self.tick_s) and MIN_TICK_S <= self.tick_s <= MAX_TICK_S):
+            raise ConfigError("adaptive.tick_s", f"must be in [{MIN_TICK_S}, {MAX_TICK_S:g}] s, got {self.tick_s}")
         if self.tick_s < self.controller.window_s / MAX_WINDOW_SPANS:  # a run of ticks costs ~(window_s / tick_s)^2
             raise ConfigError("adaptive.tick_s", f"must be >= window_s / {MAX_WINDOW_SPANS} "
                               f"({self.controller.window_s / MAX_WINDOW_SPANS:g} s), got {self.tick_s:g}")  # fmt: skip

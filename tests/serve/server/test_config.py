@@ -224,6 +224,17 @@ def test_a_tick_that_would_reread_a_window_of_thousands_of_spans_is_refused(wind
     assert make(batching={"thresholds": "adaptive", "adaptive": knobs}).batching.adaptive.tick_s == float(low)
 
 
+def test_a_tick_too_long_to_ever_decide_is_refused_as_the_simulator_refuses_it():
+    from trcore.adaptive_window import MAX_TICK_S
+    from trsim.adaptive import AdaptiveSimConfig
+
+    with pytest.raises(ConfigError, match="tick_s"):  # the simulator's bound, the one the server shares
+        AdaptiveSimConfig(tick_s=MAX_TICK_S * 10)
+    with pytest.raises(ValueError, match=re.escape("batching.adaptive.tick_s: must be <= 1e+09 s, got 1e+300")):
+        make(batching={"thresholds": "adaptive", "adaptive": {"tick_s": 1e300}})
+    assert make(batching={"thresholds": "adaptive", "adaptive": {"tick_s": MAX_TICK_S}}).batching.adaptive.tick_s
+
+
 def test_lockstep_keeps_the_default_all_ones_thresholds():
     assert make(mode="lockstep", batching={"thresholds": [1, 1]}).mode == "lockstep"
 
