@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from tokenrouter import options as opt
-from tokenrouter.errors import cli_errors, named_as_options
+from tokenrouter.errors import cli_errors, describe_validation_error, named_as_options
 
 PAIR_OPTION = typer.Option(
     None, "--pair", help="Model pair (models/<pair>/): its default config, or the pair of --config [local-smollm2]."
@@ -19,6 +19,8 @@ def _load(  # type: ignore[no-untyped-def]
 ):
     """The serve config: ``config``, else the default config of ``pair`` (the local pair when None); ``pair``
     given with a config replaces the config's ``pair:``."""
+    from pydantic import ValidationError
+
     from trcore.errors import ConfigError
     from trserve.config import ServeConfig, load_config
     from trserve.server.defaults import default_config
@@ -42,7 +44,21 @@ def _load(  # type: ignore[no-untyped-def]
         data["server"] = {**data["server"], **overrides}
     if ray_address is not None:  # joins the config's cluster settings, or the defaults (PACK, CPU bundles)
         data["cluster"] = {**(data["cluster"] or {}), "backend": "ray", "address": ray_address}
-    return ServeConfig.model_validate(data) if overrides or ray_address is not None else cfg
+    if not overrides and ray_address is None:
+        return cfg
+    flags = {"server.host": host, "server.port": port, "cluster.address": ray_address}
+    try:
+        return ServeConfig.model_validate(data)
+    except ValidationError as exc:  # a value a flag set: the error names the flag typed, as README promises
+        line = describe_validation_error(exc)
+        field = next((f for f, v in flags.items() if v is not None and line.startswith(f + ":")), None)
+        if field is None:
+            raise
+        raise ConfigError(FLAG_OF[field], line) from None
+
+
+#: The serve config's fields that ``serve``'s flags set.
+FLAG_OF = {"server.host": "--host", "server.port": "--port", "cluster.address": "--ray-address"}
 
 
 def _drift_probe(cfg, models):  # type: ignore[no-untyped-def]

@@ -97,10 +97,21 @@ def test_ray_address_option_sets_the_cluster(tmp_path):
     path.write_text(yaml.safe_dump(config))
     printed = yaml.safe_load(_serve("--config", str(path), "--ray-address", "auto", "--print-config").stdout)
     assert printed["cluster"]["backend"] == "ray" and printed["cluster"]["strategy"] == "PACK"
-    bad = _serve("--config", str(path), "--ray-address", "")
-    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
-        "error: cluster.address: String should have at least 1 character"
-    ]
+
+
+@pytest.mark.parametrize(
+    ("flags", "line"),
+    [
+        (("--ray-address", ""), "error: --ray-address: cluster.address: String should have at least 1 character"),
+        (("--port", "70000"), "error: --port: server.port: Input should be less than or equal to 65535"),
+    ],
+)
+def test_a_flag_the_config_refuses_is_named_as_typed(tmp_path, flags, line):
+    """README's 'error: --option: problem': the flag, not only the config field it set."""
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"backend": "hash", "models": TWO}))
+    bad = _serve("--config", str(path), *flags, "--print-config")
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [line]
 
 
 def test_shipped_ray_local_config_is_valid_and_on_ray():
