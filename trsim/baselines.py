@@ -106,6 +106,11 @@ BASELINES: dict[str, Callable[[SimConfig], SimConfig]] = {
 
 def apply_baseline(config: SimConfig, name: str) -> SimConfig:
     """``config`` turned into baseline ``name``; unknown names list the valid ones."""
+    check_baseline(name)
+    return BASELINES[name](config)
+
+
+def check_baseline(name: str) -> None:
+    """A ConfigError naming ``baseline`` unless ``name`` is one of :data:`BASELINES` (listed in it)."""
     if name not in BASELINES:
         raise ConfigError("baseline", f"unknown baseline {name!r}; valid: {', '.join(BASELINES)}")
-    return BASELINES[name](config)

@@ -71,9 +71,21 @@ class ThresholdDriving:
         first = {m: _in_force(self.subservers[p]) for p, (m, _) in procs}
         return tuple(first[m] for m in range(self.config.num_models))
 
+    def thresholds_applied(self) -> tuple[int, ...]:
+        """Per model, the threshold its (first replica's) policy applies now: the one in force, capped by the active
+        count it keys on less its peers' slack and by its max batch (B = (1, 12) with 8 requests runs as (1, 8));
+        with none active (a finite workload done), by its max batch only."""
+        procs = reversed(list(enumerate(self.table.procs)))
+        first = {m: _applied(self.subservers[p]) for p, (m, _) in procs}
+        return tuple(first[m] for m in range(self.config.num_models))
+
 
 def _in_force(sub: Subserver) -> int:
     policy = sub.policy
     if not policy.table or sub.num_active is None:
         return policy.threshold
     return table_entry(policy.table, sub.num_active, policy.threshold)
+
+
+def _applied(sub: Subserver) -> int:
+    return sub.policy.threshold_for(sub.num_active or None)

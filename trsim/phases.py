@@ -1,6 +1,6 @@
 """Time-varying workloads in the simulator: a run cut into phases, each overriding the router's P and C, the
 closed loop's concurrency and the output lengths from its start; what each phase committed and the thresholds
-in force at its end.
+in force at its end (as set, and as applied at the active count then).
 
 A phase's router is a fresh instance of the same routing source with the phase's P and C (a Markov router keeps
 no per-request state, so nothing in flight is lost); a closed loop grows to a higher concurrency at once and
@@ -77,7 +77,7 @@ class PhaseDriving:
     """Applies each phase at its start on a simulation and records each phase's figures at its end.
 
     ``sim`` is a ``trsim.driver.Simulation`` (its env, config, subservers, workload, committed count,
-    ``apply_thresholds`` and ``thresholds_in_force``)."""
+    ``apply_thresholds``, ``thresholds_in_force`` and ``thresholds_applied``)."""
 
     def __init__(self, sim: Any, phases: tuple[Phase, ...], on_done: Callable[[], None]) -> None:
         self.sim, self.phases, self.on_done = sim, phases, on_done
@@ -149,7 +149,8 @@ class PhaseDriving:
                 "end_s": sim.env.now / TICKS_PER_S,
                 "committed_tokens": tokens,
                 "throughput_tok_s": tokens / seconds if seconds > 0 else 0.0,
-                "thresholds": list(sim.thresholds_in_force()),
+                "thresholds": list(sim.thresholds_in_force()),  # as set (by the scenario, the controller)
+                "applied": list(sim.thresholds_applied()),  # as run: capped by the active count and max batch
                 "concurrency": workload.concurrency if workload.arrival == "closed" else None,  # open: no N
                 "P": [list(r) for r in self._P] if self._P else None,
             }

@@ -15,7 +15,7 @@ from tokenrouter.commands.sim_checks import (
     refuse_thresholds_above_concurrency,
     run_limits,
 )
-from tokenrouter.errors import cli_errors
+from tokenrouter.errors import cli_errors, named_as_options
 from tokenrouter.jobs import RAY_ADDRESS_OPTION, job_runner
 from tokenrouter.kv_options import (
     KV_BLOCK_SIZE_OPTION,
@@ -103,11 +103,13 @@ def build_config(
         if workload is not None:  # the preset's request shape; the scenario's arrivals, sessions and pacing stay
             if config.workload.pairs is not None:  # they would replace the preset's lengths unsaid
                 raise ConfigError("--workload", f"{scenario}'s length pairs (lengths_file) set every request's lengths")
-            shape = preset(workload)
+            with named_as_options("workload.preset", option="--workload"):
+                shape = preset(workload)
             config = replace(config, workload=replace(config.workload, **{k: getattr(shape, k) for k in SHAPE}))
     else:
         P, C, latency_ms = opt.pair_defaults(opt.ANALYTIC_PAIR if pair is None else pair, P, C, latency_ms)
-        config, spec = _flag_config(P, C, latency_ms, quantum_ms, workload or "endless"), None
+        with named_as_options("workload.preset", option="--workload"):
+            config, spec = _flag_config(P, C, latency_ms, quantum_ms, workload or "endless"), None
         if adaptive:
             config = replace(config, adaptive=AdaptiveSimConfig())
     if concurrency is not None:
@@ -160,11 +162,15 @@ def simulate(
     """Simulate the system (SimPy driving the shared scheduler core) and report throughput and latency."""
     from dataclasses import replace
 
-    from trsim.baselines import apply_baseline
+    from tokenrouter.commands.sim_view import print_summary, write_outputs
+    from trsim.baselines import apply_baseline, check_baseline
     from trsim.driver import Simulation
     from trsim.sweep import concurrency_set_by_scenario
 
     config, spec = build_config(scenario, P, C, latency_ms, workload, concurrency, thresholds, quantum_ms, seed, pair)
+    if baseline is not None:
+        with named_as_options("baseline"):  # before --thresholds is checked against it
+            check_baseline(baseline)
     chosen = baseline or (spec.baseline if spec is not None else "tokenrouter")
     if thresholds is not None and chosen != "tokenrouter":  # the baseline would override them unsaid
         adaptive = "adaptive tunes TokenRouter's thresholds; " if thresholds == "adaptive" else ""
@@ -178,12 +184,14 @@ def simulate(
         config = replace(config, replicas=tuple(opt.parse_thresholds(replicas, config.num_models, "--replicas")))
     limit, time_s, warmup = run_limits(spec, tokens, warmup_tokens)
     sim = Simulation(config, record_trace=trace_out is not None, chrome_trace=chrome_trace is not None)
-    result = sim.run(limit, time_s, warmup)
+    with named_as_options(*(["warmup_tokens"] if warmup_tokens is not None else [])):  # else the scenario's
+        result = sim.run(limit, time_s, warmup)
     if warmup and result.committed_tokens < warmup:  # phases, a time limit or finite sessions ended it first
         raise ConfigError("--warmup-tokens", f"{warmup} is past the run's end ({result.committed_tokens} tokens)")
-    _write_outputs(sim, chrome_trace, trace_out)
+    write_outputs(sim, chrome_trace, trace_out)
     summary = {"baseline": chosen, **result.to_dict()}
-    summary["thresholds"] = list(sim.thresholds_in_force())  # at the end of the run
+    summary["thresholds"] = list(sim.thresholds_in_force())  # at the end of the run: as set, and as run
+    summary["applied"] = list(sim.thresholds_applied())
     # None where the scenario sets it (an open loop; phases with their own: each phase lists its N)
     summary["concurrency"] = None if concurrency_set_by_scenario(config) else config.workload.concurrency
     summary["adaptive"] = config.adaptive is not None
@@ -193,21 +201,7 @@ def simulate(
     if as_json:
         typer.echo(json.dumps(summary))
     else:
-        from tokenrouter.commands.sim_view import print_summary
-
         print_summary(summary, config.names)
-
-
-def _write_outputs(sim: Any, chrome_trace: Path | None, trace_out: Path | None) -> None:
-    from trcore.traces import traces_from_events
-    from trsim.chrome import write_chrome_trace
-    from trsim.tracefile import write_traces
-
-    if chrome_trace is not None:
-        write_chrome_trace(chrome_trace, sim.steps, sim.config.names)
-    if trace_out is not None:
-        events = [e for sub in sim.subservers for e in (sub.trace or [])]
-        write_traces(trace_out, traces_from_events(events))
 
 
 @cli_errors

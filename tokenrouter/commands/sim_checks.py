@@ -8,6 +8,7 @@ from typing import Any
 import typer
 
 from tokenrouter import options as opt
+from tokenrouter.errors import named_as_options
 from trcore.errors import ConfigError
 
 
@@ -31,6 +32,8 @@ def refuse_thresholds_above_concurrency(config: Any) -> None:
     for i, b in enumerate(config.thresholds):
         if b > n:
             raise ConfigError("--thresholds", f"B_{i} = {b} must be within 1..{n} (the concurrency)")
+    with named_as_options("thresholds"):  # a vector that can deadlock at N: the one typed
+        config.check_feasible()
 
 
 def check_sweepable(path: Path | None, spec: Any, config: Any, concurrency_given: bool) -> None:

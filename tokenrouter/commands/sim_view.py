@@ -1,7 +1,8 @@
-"""`tokenrouter simulate`'s table of one run."""
+"""`tokenrouter simulate`'s table of one run, and its trace files."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 
@@ -14,7 +15,8 @@ def print_summary(summary: dict[str, Any], names: tuple[str, ...]) -> None:
         return "-" if x is None else f"{x * 1000:.1f}"
 
     n = summary["concurrency"] if summary["concurrency"] is not None or not summary.get("phases") else "per phase"
-    table = Table(title=f"simulate ({summary['baseline']}, N={n}, B={summary['thresholds']})")
+    ran = f" runs as {summary['applied']}" if summary["applied"] != summary["thresholds"] else ""
+    table = Table(title=f"simulate ({summary['baseline']}, N={n}, B={summary['thresholds']}{ran})")
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_row("throughput (committed tok/s)", f"{summary['throughput_tok_s']:.1f}")
@@ -38,8 +40,22 @@ def print_summary(summary: dict[str, Any], names: tuple[str, ...]) -> None:
     for phase in summary.get("phases", []):
         label = f"phase {phase['index']} ({phase['start_s']:.0f}-{phase['end_s']:.0f} s)"
         n = f", N={phase['concurrency']}" if phase["concurrency"] is not None else ""
-        table.add_row(label, f"{phase['throughput_tok_s']:.1f} tok/s, B={phase['thresholds']}{n}")
+        ran = f" (runs as {phase['applied']})" if phase["applied"] != phase["thresholds"] else ""
+        table.add_row(label, f"{phase['throughput_tok_s']:.1f} tok/s, B={phase['thresholds']}{ran}{n}")
     for switch in summary.get("switches", []):
         gain = f"{switch['predicted_gain']:+.1%}"
         table.add_row(f"switch at {switch['time_s']:.1f} s", f"{switch['old']} -> {switch['new']} ({gain} predicted)")
     Console().print(table)
+
+
+def write_outputs(sim: Any, chrome_trace: Path | None, trace_out: Path | None) -> None:
+    """Write the run's steps as Chrome-trace JSON and its per-request routing traces (JSONL), where asked."""
+    from trcore.traces import traces_from_events
+    from trsim.chrome import write_chrome_trace
+    from trsim.tracefile import write_traces
+
+    if chrome_trace is not None:
+        write_chrome_trace(chrome_trace, sim.steps, sim.config.names)
+    if trace_out is not None:
+        events = [e for sub in sim.subservers for e in (sub.trace or [])]
+        write_traces(trace_out, traces_from_events(events))
