@@ -65,6 +65,8 @@ class Cell:
     #: The model fed this cell's own routing statistics (its windows' P and C): a diagnosis, never a result.
     predicted_own_routing: float | None = None
     latency_source: str = ""
+    #: What the simulator's figures were given: the requests and the KV pools or free memory (``sim_inputs``).
+    sim_inputs: dict[str, Any] | None = None
     #: The routing program's parameters the server ran (None for single-model systems).
     router_params: dict[str, Any] | None = None
     #: The operating point's measured quality when the cell ran one (``trserve.bench.matched``), else None.

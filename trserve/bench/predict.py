@@ -18,6 +18,7 @@ import numpy as np
 
 from trcore.errors import ConfigError, NotIrreducibleError
 from trcore.throughput import OptimizeResult, ThroughputModel
+from trserve.bench.sim_inputs import SimInputs
 from trserve.bench.window_stats import StepStats, pool_stats, routing_matrices
 from trserve.crossval.stack import StackCosts
 from trserve.engine.emulated import EmulatedLatency
@@ -210,20 +211,26 @@ def sim_prediction(
     tokens: int,
     stack: StackCosts | None = None,
     output_tokens: int | None = None,
+    inputs: SimInputs | None = None,
 ) -> float:
     """Throughput (tok/s) of the SimPy simulator for ``baseline`` (a ``trsim.baselines`` name); with ``stack``, the
-    serving stack's measured costs added (each step's host gap, each hand-off's transit). Requests never end,
-    unless ``output_tokens`` is given: then each session's requests write that many tokens and the next one
-    starts after the stack's client turnaround (the closed loop of a bench's clients)."""
+    serving stack's measured costs added (each step's host gap, each hand-off's transit). Requests never end and
+    memory is free, unless ``output_tokens`` is given (each session's requests write that many tokens) or
+    ``inputs`` (a bench cell's own request lengths and KV pools, ``trserve.bench.sim_inputs``); then the next
+    request starts after the stack's client turnaround (the closed loop of a bench's clients)."""
 
     latency = [TableModel(list(range(1, len(t) + 1)), list(t)) for t in tables]
     workload: WorkloadConfig | str = "endless"
-    if output_tokens is not None:
-        turnaround = stack.client_turnaround_s if stack is not None else 0.0
+    turnaround = stack.client_turnaround_s if stack is not None else 0.0
+    if inputs is not None:
+        workload = inputs.workload(turnaround)
+    elif output_tokens is not None:
         workload = WorkloadConfig(prompt_tokens=constant(16), output_tokens=constant(output_tokens),
                                   think_time_s=turnaround)  # fmt: skip
     config = markov_config(P, C, latency, thresholds, concurrency=concurrency, workload=workload, seed=0)
     if stack is not None:
         config = replace(config, **stack.sim_fields())
+    if inputs is not None and inputs.kv is not None:
+        config = replace(config, kv=inputs.kv)
     result = simulate(apply_baseline(config, baseline), tokens=tokens, warmup_tokens=tokens // 10)
     return float(result.throughput_tok_s)

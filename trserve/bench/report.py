@@ -51,7 +51,7 @@ def run_item(cell: Any) -> dict[str, Any]:
         "mean_step_ms": [1000 * statistics.mean(s[m].mean_step_s for s in cell.stats) for m in range(num_models)],
         "thresholds": cell.thresholds,
         "predicted_model_tok_s": cell.predicted_model, "predicted_sim_tok_s": cell.predicted_sim,
-        "predicted_sim_stack_tok_s": cell.predicted_sim_stack,
+        "predicted_sim_stack_tok_s": cell.predicted_sim_stack, "predicted_sim_inputs": cell.sim_inputs,
         "latency_source": cell.latency_source,
         "predicted_model_own_steps_tok_s": cell.predicted_own_steps,
         "predicted_model_own_routing_tok_s": cell.predicted_own_routing,

@@ -20,6 +20,7 @@ from trserve.bench.client import LoadResult, run_load
 from trserve.bench.direct import run_direct_process
 from trserve.bench.matched import quality_for
 from trserve.bench.servers import Started, started
+from trserve.bench.sim_inputs import SimInputs, cell_inputs
 from trserve.bench.systems import EXTERNAL, OPTIMIZED, SINGLE_MODEL
 from trserve.hardware import hardware_tag
 
@@ -180,10 +181,11 @@ class BenchRunner:
         baseline = _SIM_BASELINE[cell.system]
         cell.predicted_model = predict.model_prediction(P, C, tables, n, thresholds)
         cell.predicted_own_routing = predict.own_routing_prediction(cell.stats, tables, n, thresholds)
-        cell.predicted_sim = predict.sim_prediction(P, C, tables, n, thresholds, baseline, self.plan.sim_tokens)
+        inputs, tokens = self.sim_inputs(cell), self.plan.sim_tokens
+        cell.predicted_sim = predict.sim_prediction(P, C, tables, n, thresholds, baseline, tokens, inputs=inputs)
         if self.plan.stack is not None and cell.system in STACK_SYSTEMS:
             cell.predicted_sim_stack = predict.sim_prediction(
-                P, C, tables, n, thresholds, baseline, self.plan.sim_tokens, self.plan.stack
+                P, C, tables, n, thresholds, baseline, tokens, self.plan.stack, inputs=inputs
             )
         self._diagnose(cell, P, C, thresholds)
 
@@ -208,10 +210,14 @@ class BenchRunner:
             sim_baseline = "lockstep" if cell.system == "lockstep" else "tokenrouter"
             sim_b = [1] * len(tables) if cell.system == "lockstep" else thresholds
             cell.predicted_sim = predict.sim_prediction(P, C, tables, cell.concurrency, sim_b, sim_baseline,
-                                                        self.plan.sim_tokens)  # fmt: skip
+                                                        self.plan.sim_tokens, inputs=self.sim_inputs(cell))  # fmt: skip
         else:
             cell.latency_source = f"none: no profile of this placement ({tag})"
         self._diagnose(cell, P, C, thresholds)
+
+    def sim_inputs(self, cell: Cell) -> SimInputs:
+        """The cell's own requests and KV pools for the simulator (``trserve.bench.sim_inputs``), recorded on it."""
+        return cell_inputs(self.plan.workload, self.plan.base, self._model_names(cell.system), cell)
 
     def _routing(self, cell: Cell) -> tuple[list[list[float]], list[list[float]], list[int]]:
         """P, C and the thresholds the model reads for ``cell`` (lockstep: the entry model waits for the batch)."""
