@@ -217,3 +217,10 @@ def _check_errors_from_the_values_shown(doc, name):
         assert errors, metric
         assert summary["latency"][metric]["sim_median_rel_error"] == pytest.approx(statistics.median(errors)), metric
         assert summary["latency"][metric]["sim_max_rel_error"] == pytest.approx(max(errors)), metric
+
+
+def test_the_default_output_folder_is_outside_the_checkout_under_the_tests(calibration_outside_the_checkout) -> None:
+    """A refusal test that regressed would run its grid into the default --out: never the committed folder."""
+    from trserve.paths import calibration_dir
+
+    assert calibration_dir("crossval", "cpu-2core").is_relative_to(calibration_outside_the_checkout)
