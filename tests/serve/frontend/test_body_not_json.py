@@ -4,31 +4,20 @@ application/json'`` sends form data, whose (good) JSON pydantic called "not a va
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import Any
-
 import pytest
 from starlette.testclient import TestClient
 
+from tests.serve.frontend.app_stub import StubContext
 from trserve.frontend.app import create_app
 
 BODY = b'{"model": "tokenrouter", "prompt": "hi", "max_tokens": 2}'
 
 
-class Context:
-    """Just what ``create_app`` reads; these requests never get past the body's validation."""
-
-    config = SimpleNamespace(server=SimpleNamespace(max_body_bytes=1 << 16))
-    api_key = None
-    frontend: Any = None
-    started = 0.0
-    model_name = "tokenrouter"
-
-
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
 @pytest.mark.parametrize("content_type", ["application/x-www-form-urlencoded", "text/plain"])
 def test_json_sent_as_another_content_type_is_told_so(path: str, content_type: str) -> None:
-    client = TestClient(create_app(Context()))  # type: ignore[arg-type]
+    # these requests never get past the body's validation
+    client = TestClient(create_app(StubContext()))  # type: ignore[arg-type]
     response = client.post(path, content=BODY, headers={"content-type": content_type})
     assert response.status_code == 400
     message = response.json()["error"]["message"]
@@ -37,6 +26,6 @@ def test_json_sent_as_another_content_type_is_told_so(path: str, content_type: s
 
 @pytest.mark.parametrize("body", [b"", b"null"])
 def test_an_empty_body_is_told_so(body: bytes) -> None:
-    client = TestClient(create_app(Context()))  # type: ignore[arg-type]
+    client = TestClient(create_app(StubContext()))  # type: ignore[arg-type]
     response = client.post("/v1/completions", content=body, headers={"content-type": "application/json"})
     assert response.status_code == 400 and "body is empty" in response.json()["error"]["message"]

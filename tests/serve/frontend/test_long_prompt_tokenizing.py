@@ -5,12 +5,12 @@ per such request on the local pair's tokenizer). Short prompts stay inline."""
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
+from tests.serve.frontend.app_stub import StubContext
 from trserve.frontend.app import LONG_TEXT_CHARS, create_app
 
 
@@ -36,20 +36,9 @@ class RecordingTokenizer:
         return self._record()
 
 
-class Context:
-    config = SimpleNamespace(server=SimpleNamespace(max_body_bytes=1 << 22))
-    api_key = None
-    frontend: Any = None
-    started = 0.0
-    model_name = "tokenrouter"
-
-    def __init__(self) -> None:
-        self.tokenizer = RecordingTokenizer()
-
-
 @pytest.mark.parametrize("chat", [False, True])
 def test_long_text_is_tokenized_off_the_event_loop_and_short_text_on_it(chat: bool) -> None:
-    ctx = Context()
+    ctx = StubContext(max_body_bytes=1 << 22, tokenizer=RecordingTokenizer())
     client = TestClient(create_app(ctx))  # type: ignore[arg-type]
     for text in ("hi", "x" * (LONG_TEXT_CHARS + 1)):
         if chat:
