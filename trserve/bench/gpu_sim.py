@@ -17,6 +17,7 @@ from typing import Any
 
 from trcore.errors import NotIrreducibleError
 from trserve.bench.predict import emulated_tables, optimize_table
+from trserve.bench.sim_inputs import PROMPT_TOKENS
 from trsim.baselines import apply_baseline
 from trsim.build import markov_config
 from trsim.driver import Simulation
@@ -25,7 +26,6 @@ from trsim.lengths import constant
 from trsim.workload import WorkloadConfig
 
 Matrix = list[list[float]]
-PROMPT_TOKENS = 16
 
 
 def r2r_shaped(share: float) -> tuple[Matrix, Matrix]:

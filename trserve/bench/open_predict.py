@@ -23,11 +23,11 @@ from typing import Any
 from trcore.policy import BatchingPolicy
 from trserve.bench.arrivals import Arrivals
 from trserve.bench.client import Workload
+from trserve.bench.sim_inputs import bench_requests
 from trserve.crossval.stack import StackCosts
 from trsim.baselines import apply_baseline
 from trsim.build import markov_config
 from trsim.latency import TableModel
-from trsim.lengths import constant
 from trsim.windows import Windows, simulate_windows
 from trsim.workload import WorkloadConfig
 
@@ -55,7 +55,7 @@ def sim_at_arrivals(P: Matrix, C: Matrix, tables: Sequence[Sequence[float]], win
     """The simulator's throughput, latency percentiles (seconds, from arrival) and backlog over ``windows`` (each
     window's arrival times, replayed over ``work.warmup_s`` then ``work.window_s``; see the module's docstring)."""
     latency = [TableModel(list(range(1, len(t) + 1)), list(t)) for t in tables]
-    prompt, output = work.lengths.dists if work.lengths is not None else (constant(16), constant(work.max_tokens))
+    prompt, output, _ = bench_requests(work)
     lengths = WorkloadConfig(arrival="poisson", prompt_tokens=prompt, output_tokens=output,  # arrivals: replayed
                              max_active=max_batch)  # fmt: skip
     config = markov_config(P, C, latency, [1] * len(tables), concurrency=1, workload=lengths, seed=seed)

@@ -18,7 +18,7 @@ import numpy as np
 
 from trcore.errors import ConfigError, NotIrreducibleError
 from trcore.throughput import OptimizeResult, ThroughputModel
-from trserve.bench.sim_inputs import SimInputs
+from trserve.bench.sim_inputs import PROMPT_TOKENS, SimInputs
 from trserve.bench.window_stats import StepStats, pool_stats, routing_matrices
 from trserve.crossval.stack import StackCosts
 from trserve.engine.emulated import EmulatedLatency
@@ -225,7 +225,7 @@ def sim_prediction(
     if inputs is not None:
         workload = inputs.workload(turnaround)
     elif output_tokens is not None:
-        workload = WorkloadConfig(prompt_tokens=constant(16), output_tokens=constant(output_tokens),
+        workload = WorkloadConfig(prompt_tokens=constant(PROMPT_TOKENS), output_tokens=constant(output_tokens),
                                   think_time_s=turnaround)  # fmt: skip
     config = markov_config(P, C, latency, thresholds, concurrency=concurrency, workload=workload, seed=0)
     if stack is not None:
